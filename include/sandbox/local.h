@@ -1,0 +1,50 @@
+// The local backend: host subprocesses behind a kernel-enforced path fence.
+#ifndef SANDBOX_LOCAL_H_
+#define SANDBOX_LOCAL_H_
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sandbox/sandbox.h"
+
+namespace sandbox {
+
+// Options of the local backend. Defaults are the bounds DESIGN.md names.
+struct LocalOptions {
+  // Host directory that becomes the sandbox root. Required.
+  std::string root;
+  // The absolute directory Workdir() reports and absolute paths are accepted
+  // under; "" means the root's canonical host path.
+  std::string workdir;
+  // Per-stream capture cap of Exec (head and tail kept).
+  std::size_t output_limit = std::size_t{1} << 20;
+  // ReadFile refuses files larger than this with TooLarge.
+  std::uint64_t max_read_bytes = std::uint64_t{1} << 30;
+  // Size of a Process's stderr ring.
+  std::size_t stderr_ring_bytes = std::size_t{64} << 10;
+  // How long Exec keeps draining pipes held open by a process outside the
+  // command's tree after the command has exited and its tree was killed.
+  std::chrono::milliseconds drain_grace{1000};
+  // Names of host environment variables passed through to commands; every
+  // other host variable is withheld.
+  std::vector<std::string> env_allow = {"PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "USER"};
+  // "KEY=VALUE" entries applied over the allowed host variables (and under
+  // Command::env). PATH defaults to a standard value when the host has none.
+  std::vector<std::string> base_env;
+  // Shell used by sessions (must accept `-s` and POSIX syntax).
+  std::string session_shell = "/bin/sh";
+};
+
+// Creates a local sandbox (Isolation::None). It implements every optional
+// capability: Appender, DirectoryMaker, LimitedReader, ProcessHost,
+// Sessioner and WorkdirReporter. Fails with Unsupported on a kernel without
+// openat2 (Linux < 5.6).
+Expected<std::unique_ptr<Sandbox>> NewLocalSandbox(const LocalOptions& options);
+
+}  // namespace sandbox
+
+#endif  // SANDBOX_LOCAL_H_

@@ -1,0 +1,146 @@
+#include <memory>
+
+#include "local/exec.h"
+#include "local/files.h"
+#include "local/process.h"
+#include "local/session.h"
+#include "os/cgroup.h"
+#include "os/syscalls.h"
+#include "sandbox/local.h"
+
+namespace sandbox {
+namespace {
+
+// Everything a local sandbox shares with its sessions and processes, which
+// may outlive the sandbox object itself.
+struct LocalState {
+  explicit LocalState(local::FileSystem fs) : files(std::move(fs)) {}
+  local::FileSystem files;
+  local::LiveTrees trees;
+  local::ExecConfig config;
+};
+
+class LocalSandbox final : public Sandbox,
+                           public Appender,
+                           public DirectoryMaker,
+                           public LimitedReader,
+                           public ProcessHost,
+                           public Sessioner,
+                           public WorkdirReporter {
+ public:
+  LocalSandbox(std::shared_ptr<LocalState> state, LocalOptions options)
+      : state_(std::move(state)), options_(std::move(options)) {}
+  ~LocalSandbox() override { (void)Close(); }
+
+  Capabilities GetCapabilities() const override {
+    return Capabilities{.isolation = Isolation::None,
+                        .network = true,
+                        .backend = "local",
+                        .detail = "host subprocesses behind an openat2 path fence"};
+  }
+
+  Expected<Result> Exec(const Context& ctx, const Command& cmd) override {
+    SANDBOX_RETURN_IF_ERROR(CheckOpen());
+    return local::RunToCompletion(state_->config, ctx, cmd);
+  }
+
+  Expected<std::string> ReadFile(const Context& ctx, std::string_view path) override {
+    SANDBOX_RETURN_IF_ERROR(Ready(ctx));
+    return state_->files.ReadFile(path);
+  }
+
+  Status WriteFile(const Context& ctx, std::string_view path, std::string_view data,
+                   FileMode mode) override {
+    SANDBOX_RETURN_IF_ERROR(Ready(ctx));
+    return state_->files.WriteFile(path, data, mode);
+  }
+
+  Status Remove(const Context& ctx, std::string_view path) override {
+    SANDBOX_RETURN_IF_ERROR(Ready(ctx));
+    return state_->files.Remove(path);
+  }
+
+  Expected<std::vector<DirEntry>> ListDir(const Context& ctx, std::string_view path) override {
+    SANDBOX_RETURN_IF_ERROR(Ready(ctx));
+    return state_->files.ListDir(path);
+  }
+
+  Status AppendFile(const Context& ctx, std::string_view path, std::string_view data,
+                    FileMode mode) override {
+    SANDBOX_RETURN_IF_ERROR(Ready(ctx));
+    return state_->files.AppendFile(path, data, mode);
+  }
+
+  Status MakeDirAll(const Context& ctx, std::string_view path, FileMode mode) override {
+    SANDBOX_RETURN_IF_ERROR(Ready(ctx));
+    return state_->files.MakeDirAll(path, mode);
+  }
+
+  Expected<LimitedRead> ReadFileLimit(const Context& ctx, std::string_view path,
+                                      std::int64_t max) override {
+    SANDBOX_RETURN_IF_ERROR(Ready(ctx));
+    return state_->files.ReadFileLimit(path, max);
+  }
+
+  Expected<std::unique_ptr<Process>> StartProcess(const Context& ctx, const Command& cmd) override {
+    SANDBOX_RETURN_IF_ERROR(CheckOpen());
+    return local::StartLocalProcess(Config(), ctx, cmd, options_.stderr_ring_bytes);
+  }
+
+  Expected<std::unique_ptr<Session>> NewSession(const Context& ctx) override {
+    SANDBOX_RETURN_IF_ERROR(CheckOpen());
+    return local::StartLocalSession(Config(), ctx, options_.session_shell);
+  }
+
+  std::string Workdir() const override { return state_->files.workdir(); }
+
+  Status Close() override {
+    state_->trees.CloseAll();
+    return {};
+  }
+
+ private:
+  std::shared_ptr<const local::ExecConfig> Config() const {
+    return std::shared_ptr<const local::ExecConfig>(state_, &state_->config);
+  }
+
+  Status CheckOpen() const {
+    if (state_->trees.closed()) return Fail(Error::Code::Unavailable, "the sandbox is closed");
+    return {};
+  }
+
+  Status Ready(const Context& ctx) const {
+    SANDBOX_RETURN_IF_ERROR(CheckOpen());
+    return ctx.Check();
+  }
+
+  std::shared_ptr<LocalState> state_;
+  LocalOptions options_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<Sandbox>> NewLocalSandbox(const LocalOptions& options) {
+  if (options.root.empty())
+    return Fail(Error::Code::InvalidArgument, "the local backend needs a root directory");
+  if (options.output_limit == 0)
+    return Fail(Error::Code::InvalidArgument, "output_limit must be positive");
+  auto files = local::FileSystem::Open(options.root, options.workdir, options.max_read_bytes);
+  if (!files) return Fail(files.error());
+  auto cgroups = os::CgroupPool::Shared();
+  if (!cgroups)
+    return Fail(Error::Code::Unsupported,
+                "the local backend contains every command's process tree in a cgroup, but " +
+                    cgroups.error().message());
+
+  auto state = std::make_shared<LocalState>(std::move(*files));
+  state->config.files = &state->files;
+  state->config.trees = &state->trees;
+  state->config.base_env = local::BuildBaseEnv(options.env_allow, options.base_env);
+  state->config.output_limit = options.output_limit;
+  state->config.drain_grace = options.drain_grace;
+  state->config.cgroups = std::move(*cgroups);
+  return std::unique_ptr<Sandbox>(std::make_unique<LocalSandbox>(std::move(state), options));
+}
+
+}  // namespace sandbox

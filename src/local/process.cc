@@ -1,0 +1,188 @@
+#include "local/process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <thread>
+
+#include "os/spawn.h"
+#include "os/syscalls.h"
+
+namespace sandbox::local {
+namespace {
+
+// The process's stdin: a blocking pipe write end.
+class PipeWriter final : public Writer {
+ public:
+  explicit PipeWriter(os::UniqueFd fd) : fd_(std::move(fd)) {}
+  Status Write(std::string_view data) override {
+    std::lock_guard lock(mu_);
+    if (!fd_) return Fail(Error::Code::Unavailable, "stdin is closed");
+    return os::WriteAllNoSigpipe(fd_.get(), data);
+  }
+  Status Close() override {
+    std::lock_guard lock(mu_);
+    fd_.reset();
+    return {};
+  }
+
+ private:
+  std::mutex mu_;
+  os::UniqueFd fd_;
+};
+
+// The process's stdout: a blocking pipe read end.
+class PipeReader final : public Reader {
+ public:
+  explicit PipeReader(os::UniqueFd fd) : fd_(std::move(fd)) {}
+  Expected<std::size_t> Read(std::span<char> buffer) override {
+    for (;;) {
+      long n = ::read(fd_.get(), buffer.data(), buffer.size());
+      if (n >= 0) return static_cast<std::size_t>(n);
+      if (errno != EINTR) return Fail(os::ErrnoError(errno, "read stdout"));
+    }
+  }
+
+ private:
+  os::UniqueFd fd_;
+};
+
+// A bounded ring of the most recent bytes. Thread-safe.
+class Ring {
+ public:
+  explicit Ring(std::size_t capacity) : capacity_(capacity) {}
+  void Append(std::string_view data) {
+    std::lock_guard lock(mu_);
+    if (capacity_ == 0) return;
+    if (data.size() >= capacity_) {
+      bytes_.assign(data.substr(data.size() - capacity_));
+      return;
+    }
+    bytes_.append(data);
+    if (bytes_.size() > capacity_) bytes_.erase(0, bytes_.size() - capacity_);
+  }
+  std::string Snapshot() const {
+    std::lock_guard lock(mu_);
+    return bytes_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::size_t capacity_;
+  std::string bytes_;
+};
+
+class LocalProcess final : public Process {
+ public:
+  LocalProcess(std::unique_ptr<os::CgroupLease> lease, std::shared_ptr<const ExecConfig> config, os::Child child, os::UniqueFd stdin_fd,
+               os::UniqueFd stdout_fd, os::UniqueFd stderr_fd, std::size_t ring_bytes)
+      : lease_(std::move(lease)),
+        config_(std::move(config)),
+        child_(std::move(child)),
+        stdin_(std::move(stdin_fd)),
+        stdout_(std::move(stdout_fd)),
+        stderr_ring_(ring_bytes),
+        stderr_fd_(std::move(stderr_fd)) {
+    stderr_thread_ = std::thread([this] { DrainStderr(); });
+  }
+
+  ~LocalProcess() override {
+    (void)Kill();
+    (void)Wait();
+    if (stderr_thread_.joinable()) stderr_thread_.join();
+    config_->trees->Remove(lease_.get());
+  }
+
+  Writer& Stdin() override { return stdin_; }
+  Reader& Stdout() override { return stdout_; }
+  std::string StderrSnapshot() override { return stderr_ring_.Snapshot(); }
+
+  Expected<ExitStatus> Wait() override {
+    std::call_once(wait_once_, [this] {
+      auto status = child_.Wait();
+      if (status) {
+        status_ = *status;
+      } else {
+        wait_error_ = status.error();
+      }
+    });
+    if (status_) return *status_;
+    return Fail(*wait_error_);
+  }
+
+  Status Kill() override { return lease_->Kill(); }
+
+ private:
+  void DrainStderr() {
+    char buffer[16384];
+    for (;;) {
+      long n = ::read(stderr_fd_.get(), buffer, sizeof buffer);
+      if (n > 0) {
+        stderr_ring_.Append(std::string_view(buffer, static_cast<std::size_t>(n)));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      return;
+    }
+  }
+
+  std::unique_ptr<os::CgroupLease> lease_;  // heap-held: LiveTrees keys on its address
+  std::shared_ptr<const ExecConfig> config_;
+  os::Child child_;
+  PipeWriter stdin_;
+  PipeReader stdout_;
+  Ring stderr_ring_;
+  os::UniqueFd stderr_fd_;
+  std::thread stderr_thread_;
+  std::once_flag wait_once_;
+  std::optional<ExitStatus> status_;
+  std::optional<Error> wait_error_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<Process>> StartLocalProcess(std::shared_ptr<const ExecConfig> config,
+                                                     const Context& ctx,
+                                                     const Command& cmd,
+                                                     std::size_t stderr_ring_bytes) {
+  SANDBOX_RETURN_IF_ERROR(ctx.Check());
+  auto prepared = PrepareCommand(*config, cmd);
+  if (!prepared) return Fail(prepared.error());
+  if (prepared->not_found)
+    return Fail(Error::Code::NotFound, "cannot start '" + cmd.path + "': command not found");
+
+  auto acquired = config->cgroups->Acquire();
+  if (!acquired) return Fail(acquired.error());
+  auto lease = std::make_unique<os::CgroupLease>(std::move(*acquired));
+  auto in = os::MakePipe();
+  auto out = os::MakePipe();
+  auto err = os::MakePipe();
+  if (!in) return Fail(in.error());
+  if (!out) return Fail(out.error());
+  if (!err) return Fail(err.error());
+
+  os::SpawnSpec spec;
+  spec.exec_path = prepared->exec_path;
+  spec.argv = std::move(prepared->argv);
+  spec.env = std::move(prepared->env);
+  spec.cwd_fd = prepared->cwd.get();
+  spec.stdin_fd = in->read.get();
+  spec.stdout_fd = out->write.get();
+  spec.stderr_fd = err->write.get();
+  spec.cgroup_procs_fd = lease->procs_fd();
+  SANDBOX_RETURN_IF_ERROR(config->trees->Add(lease.get()));
+  auto child = os::Spawn(spec);
+  if (!child) {
+    config->trees->Remove(lease.get());
+    return Fail(child.error().code(), "cannot start '" + cmd.path + "': " + child.error().message());
+  }
+  auto process = std::make_unique<LocalProcess>(std::move(lease), config, std::move(*child),
+                                                std::move(in->write), std::move(out->read),
+                                                std::move(err->read), stderr_ring_bytes);
+  return std::unique_ptr<Process>(std::move(process));
+}
+
+}  // namespace sandbox::local

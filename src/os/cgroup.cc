@@ -1,0 +1,254 @@
+#include "os/cgroup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+
+#include "os/syscalls.h"
+
+namespace sandbox::os {
+namespace {
+
+constexpr std::string_view kPoolPrefix = "sandbox.";
+
+// The mount point of the first cgroup2 file system, or "".
+std::string FindCgroup2Mount() {
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    // Fields: id parent major:minor root mount-point options ... - fstype source super
+    auto dash = line.find(" - ");
+    if (dash == std::string::npos) continue;
+    std::istringstream tail(line.substr(dash + 3));
+    std::string fstype;
+    tail >> fstype;
+    if (fstype != "cgroup2") continue;
+    std::istringstream head(line.substr(0, dash));
+    std::string id, parent, dev, root, mount_point;
+    head >> id >> parent >> dev >> root >> mount_point;
+    return mount_point;
+  }
+  return "";
+}
+
+// This process's cgroup v2 path ("0::/path"), or "".
+std::string OwnCgroup2Path() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  return "";
+}
+
+bool ReadPopulated(int events_fd) {
+  char buffer[256];
+  long n = pread(events_fd, buffer, sizeof buffer - 1, 0);
+  if (n <= 0) return false;
+  buffer[n] = '\0';
+  return std::strstr(buffer, "populated 1") != nullptr;
+}
+
+Status WriteKill(int kill_fd) {
+  long n;
+  do {
+    n = pwrite(kill_fd, "1", 1, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return Fail(ErrnoError(errno, "write cgroup.kill"));
+  return {};
+}
+
+bool WaitEmpty(int events_fd, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (ReadPopulated(events_fd)) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
+    if (left <= 0) return false;
+    pollfd pfd{events_fd, POLLPRI, 0};
+    // cgroup.events signals a change with POLLPRI; cap each wait so a missed
+    // notification costs at most 10 ms.
+    poll(&pfd, 1, static_cast<int>(std::min<long>(left, 10)));
+  }
+  return true;
+}
+
+}  // namespace
+
+CgroupLease& CgroupLease::operator=(CgroupLease&& other) noexcept {
+  if (this != &other) {
+    Release();
+    pool_ = std::move(other.pool_);
+    name_ = std::move(other.name_);
+    dir_ = std::move(other.dir_);
+    procs_ = std::move(other.procs_);
+    kill_ = std::move(other.kill_);
+    events_ = std::move(other.events_);
+  }
+  return *this;
+}
+
+CgroupLease::~CgroupLease() { Release(); }
+
+void CgroupLease::Release() {
+  if (!dir_.valid()) return;
+  if (Populated()) KillAndWait(200);
+  if (pool_) {
+    pool_->Return(CgroupPool::Idle{std::move(name_), std::move(dir_), std::move(procs_),
+                                   std::move(kill_), std::move(events_)});
+  }
+  pool_.reset();
+}
+
+Status CgroupLease::Kill() const {
+  if (!kill_.valid()) return Fail(Error::Code::Internal, "cgroup lease is empty");
+  return WriteKill(kill_.get());
+}
+
+bool CgroupLease::Populated() const { return events_.valid() && ReadPopulated(events_.get()); }
+
+bool CgroupLease::KillAndWait(int timeout_ms) const {
+  if (!Kill()) return false;
+  return WaitEmpty(events_.get(), timeout_ms);
+}
+
+Expected<std::shared_ptr<CgroupPool>> CgroupPool::Shared() {
+  static std::mutex mu;
+  static std::shared_ptr<CgroupPool> pool;
+  static std::string failure;
+  std::lock_guard lock(mu);
+  if (pool) return pool;
+  if (!failure.empty()) return Fail(Error::Code::Unsupported, failure);
+
+  std::string mount = FindCgroup2Mount();
+  std::string own = OwnCgroup2Path();
+  if (mount.empty() || own.empty()) {
+    failure = "no cgroup v2 hierarchy is mounted here, so process trees cannot be contained";
+    return Fail(Error::Code::Unsupported, failure);
+  }
+  std::string parent_path = mount + (own == "/" ? "" : own);
+  int parent = open(parent_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (parent < 0) {
+    failure = ErrnoError(errno, "open cgroup", parent_path).message();
+    return Fail(Error::Code::Unsupported, failure);
+  }
+  UniqueFd parent_fd(parent);
+  RemoveStalePools(parent_fd.get());
+
+  std::string name = std::string(kPoolPrefix) + std::to_string(getpid());
+  if (mkdirat(parent_fd.get(), name.c_str(), 0755) < 0 && errno != EEXIST) {
+    failure = "cannot create a cgroup under " + parent_path + " (" + std::strerror(errno) +
+              "): run as root or inside a delegated cgroup v2 subtree";
+    return Fail(Error::Code::Unsupported, failure);
+  }
+  int dir = openat(parent_fd.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) {
+    failure = ErrnoError(errno, "open cgroup", parent_path + "/" + name).message();
+    return Fail(Error::Code::Unsupported, failure);
+  }
+  if (faccessat(dir, "cgroup.kill", F_OK, 0) < 0) {
+    unlinkat(parent_fd.get(), name.c_str(), AT_REMOVEDIR);
+    close(dir);
+    failure = "the cgroup v2 hierarchy at " + mount + " has no cgroup.kill (needs Linux >= 5.14)";
+    return Fail(Error::Code::Unsupported, failure);
+  }
+  pool = std::make_shared<CgroupPool>(parent_path + "/" + name, UniqueFd(dir));
+  return pool;
+}
+
+Expected<CgroupLease> CgroupPool::Acquire() {
+  std::unique_lock lock(mu_);
+  for (auto it = idle_.rbegin(); it != idle_.rend(); ++it) {
+    if (ReadPopulated(it->events.get())) continue;
+    Idle idle = std::move(*it);
+    idle_.erase(std::next(it).base());
+    return CgroupLease(shared_from_this(), std::move(idle.name), std::move(idle.dir),
+                       std::move(idle.procs), std::move(idle.kill), std::move(idle.events));
+  }
+  std::string name = "t" + std::to_string(next_id_++);
+  lock.unlock();
+
+  if (mkdirat(dir_.get(), name.c_str(), 0755) < 0 && errno != EEXIST)
+    return Fail(ErrnoError(errno, "mkdir cgroup", path_ + "/" + name));
+  int dir = openat(dir_.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return Fail(ErrnoError(errno, "open cgroup", path_ + "/" + name));
+  UniqueFd dir_fd(dir);
+  UniqueFd procs(openat(dir, "cgroup.procs", O_WRONLY | O_CLOEXEC));
+  UniqueFd kill(openat(dir, "cgroup.kill", O_WRONLY | O_CLOEXEC));
+  UniqueFd events(openat(dir, "cgroup.events", O_RDONLY | O_CLOEXEC));
+  if (!procs || !kill || !events)
+    return Fail(ErrnoError(errno, "open cgroup files", path_ + "/" + name));
+  return CgroupLease(shared_from_this(), std::move(name), std::move(dir_fd), std::move(procs),
+                     std::move(kill), std::move(events));
+}
+
+void CgroupPool::Return(Idle idle) {
+  std::lock_guard lock(mu_);
+  idle_.push_back(std::move(idle));
+}
+
+CgroupPool::~CgroupPool() {
+  for (Idle& idle : idle_) {
+    if (ReadPopulated(idle.events.get())) {
+      WriteKill(idle.kill.get());
+      WaitEmpty(idle.events.get(), 500);
+    }
+    unlinkat(dir_.get(), idle.name.c_str(), AT_REMOVEDIR);
+  }
+  // Fails while a lease is still out; the next process's stale-pool sweep
+  // removes the directory then.
+  rmdir(path_.c_str());
+}
+
+void RemoveStalePools(int parent_fd) {
+  int dup_fd = fcntl(parent_fd, F_DUPFD_CLOEXEC, 0);
+  if (dup_fd < 0) return;
+  DIR* dir = fdopendir(dup_fd);
+  if (!dir) {
+    close(dup_fd);
+    return;
+  }
+  while (dirent* entry = readdir(dir)) {
+    std::string_view name = entry->d_name;
+    if (name.rfind(kPoolPrefix, 0) != 0) continue;
+    std::string pid_text(name.substr(kPoolPrefix.size()));
+    char* end = nullptr;
+    long pid = std::strtol(pid_text.c_str(), &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    if (pid == getpid() || kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    int pool = openat(parent_fd, entry->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pool < 0) continue;
+    DIR* children = fdopendir(pool);
+    if (!children) {
+      close(pool);
+      continue;
+    }
+    while (dirent* child = readdir(children)) {
+      if (child->d_name[0] != 't') continue;
+      int child_dir = openat(pool, child->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (child_dir < 0) continue;
+      UniqueFd child_fd(child_dir);
+      UniqueFd kill_fd(openat(child_dir, "cgroup.kill", O_WRONLY | O_CLOEXEC));
+      UniqueFd events(openat(child_dir, "cgroup.events", O_RDONLY | O_CLOEXEC));
+      if (kill_fd && events && ReadPopulated(events.get())) {
+        WriteKill(kill_fd.get());
+        WaitEmpty(events.get(), 500);
+      }
+      unlinkat(pool, child->d_name, AT_REMOVEDIR);
+    }
+    closedir(children);
+    unlinkat(parent_fd, entry->d_name, AT_REMOVEDIR);
+  }
+  closedir(dir);
+}
+
+}  // namespace sandbox::os

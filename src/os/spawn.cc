@@ -1,0 +1,218 @@
+#include "os/spawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "os/syscalls.h"
+
+namespace sandbox::os {
+namespace {
+
+// Everything the vfork child touches, prepared by the parent: the child may
+// only make raw syscalls, never allocate.
+struct ChildPlan {
+  const char* exec_path;
+  char* const* argv;
+  char* const* envp;
+  int cwd_fd, stdin_fd, stdout_fd, stderr_fd, extra_fd, cgroup_procs_fd;
+  bool new_session;
+  // Written by the child before _exit on failure; read by the parent after
+  // vfork returns (the parent is suspended until the child execs or exits).
+  int failed_errno;
+  const char* failed_step;
+};
+
+// Makes `from` appear as `to` in the child, without close-on-exec.
+bool MoveFd(int from, int to) {
+  if (from < 0) return true;
+  if (from == to) return fcntl(to, F_SETFD, 0) == 0;
+  return dup2(from, to) == to;
+}
+
+[[noreturn]] void ChildFail(ChildPlan* plan, const char* step) {
+  plan->failed_errno = errno;
+  plan->failed_step = step;
+  _exit(127);
+}
+
+// Runs in the vfork child. Only async-signal-safe raw calls.
+[[noreturn]] void RunChild(ChildPlan* plan) {
+  // Signal dispositions: a handler of the parent must never run in the child
+  // (it shares the parent's memory), and ignored signals (a host that
+  // ignores SIGPIPE) must not leak into the command.
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    sigaction(sig, &dfl, nullptr);
+  }
+  if (plan->cgroup_procs_fd >= 0 && write(plan->cgroup_procs_fd, "0", 1) != 1)
+    ChildFail(plan, "cgroup");
+  if (plan->new_session) setsid();
+  // Move the stdio sources above 3 first so a source numbered 0..3 is not
+  // clobbered by an earlier dup2.
+  int sources[4] = {plan->stdin_fd, plan->stdout_fd, plan->stderr_fd, plan->extra_fd};
+  for (int& fd : sources) {
+    if (fd >= 0 && fd <= 3) {
+      fd = fcntl(fd, F_DUPFD_CLOEXEC, 4);
+      if (fd < 0) ChildFail(plan, "dup");
+    }
+  }
+  for (int target = 0; target < 4; ++target)
+    if (!MoveFd(sources[target], target)) ChildFail(plan, "dup2");
+  if (plan->cwd_fd >= 0 && fchdir(plan->cwd_fd) < 0) ChildFail(plan, "chdir");
+  // Nothing but stdio (and fd 3 when asked) crosses into the command, even
+  // fds the embedding program opened without O_CLOEXEC.
+  syscall(SYS_close_range, plan->extra_fd >= 0 ? 4 : 3, ~0U, 0);
+  sigset_t empty;
+  sigemptyset(&empty);
+  sigprocmask(SIG_SETMASK, &empty, nullptr);
+  execve(plan->exec_path, plan->argv, plan->envp);
+  ChildFail(plan, "execve");
+}
+
+std::vector<char*> CStrings(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (const std::string& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+Child::Child(Child&& other) noexcept
+    : pid_(std::exchange(other.pid_, -1)),
+      pidfd_(std::move(other.pidfd_)),
+      status_(std::move(other.status_)) {}
+
+Child& Child::operator=(Child&& other) noexcept {
+  if (this != &other) {
+    this->~Child();
+    pid_ = std::exchange(other.pid_, -1);
+    pidfd_ = std::move(other.pidfd_);
+    status_ = std::move(other.status_);
+  }
+  return *this;
+}
+
+Child::~Child() {
+  if (pid_ > 0 && !status_) {
+    (void)Kill();
+    (void)Wait();
+  }
+}
+
+ExitStatus DecodeWaitStatus(int code, int status) {
+  if (code == CLD_EXITED) return ExitStatus{status, std::nullopt};
+  return ExitStatus{128 + status, status};
+}
+
+Expected<ExitStatus> Child::Wait() {
+  if (status_) return *status_;
+  if (pid_ <= 0) return Fail(Error::Code::Internal, "wait on an empty child handle");
+  siginfo_t info;
+  for (;;) {
+    std::memset(&info, 0, sizeof info);
+    if (waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED) == 0) break;
+    if (errno != EINTR) return Fail(ErrnoError(errno, "waitid", std::to_string(pid_)));
+  }
+  status_ = DecodeWaitStatus(info.si_code, info.si_status);
+  return *status_;
+}
+
+Expected<std::optional<ExitStatus>> Child::TryWait() {
+  if (status_) return status_;
+  siginfo_t info;
+  std::memset(&info, 0, sizeof info);
+  if (waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED | WNOHANG) < 0) {
+    if (errno == EINTR) return std::optional<ExitStatus>();
+    return Fail(ErrnoError(errno, "waitid", std::to_string(pid_)));
+  }
+  if (info.si_pid == 0) return std::optional<ExitStatus>();
+  status_ = DecodeWaitStatus(info.si_code, info.si_status);
+  return status_;
+}
+
+Status Child::Kill() const {
+  if (pid_ <= 0 || status_) return {};
+  return PidfdSendSignal(pidfd_.get(), SIGKILL);
+}
+
+Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure) {
+  std::vector<char*> argv = CStrings(spec.argv);
+  std::vector<char*> envp = CStrings(spec.env);
+  ChildPlan plan{};
+  plan.exec_path = spec.exec_path.c_str();
+  plan.argv = argv.data();
+  plan.envp = envp.data();
+  plan.cwd_fd = spec.cwd_fd;
+  plan.stdin_fd = spec.stdin_fd;
+  plan.stdout_fd = spec.stdout_fd;
+  plan.stderr_fd = spec.stderr_fd;
+  plan.extra_fd = spec.extra_fd;
+  plan.cgroup_procs_fd = spec.cgroup_procs_fd;
+  plan.new_session = spec.new_session;
+  plan.failed_errno = 0;
+  plan.failed_step = nullptr;
+
+  // Block every signal in this thread across vfork so no handler runs in the
+  // child while it shares our memory; the child resets dispositions and
+  // unblocks before exec.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  ChildPlan* volatile shared_plan = &plan;
+  pid_t pid = vfork();
+  if (pid == 0) RunChild(shared_plan);
+  int vfork_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return Fail(ErrnoError(vfork_errno, "vfork"));
+
+  if (plan.failed_step != nullptr) {
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (failure) *failure = ExecFailure{plan.failed_errno, plan.failed_step};
+    Error error = ErrnoError(plan.failed_errno, plan.failed_step, spec.exec_path);
+    return Fail(std::move(error));
+  }
+  auto pidfd = PidfdOpen(pid);
+  if (!pidfd) {
+    kill(pid, SIGKILL);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return Fail(pidfd.error());
+  }
+  return Child(pid, std::move(*pidfd));
+}
+
+std::optional<std::string> FindExecutable(const std::string& name, const std::string& path_list,
+                                          int cwd_fd) {
+  std::size_t start = 0;
+  while (start <= path_list.size()) {
+    std::size_t end = path_list.find(':', start);
+    if (end == std::string::npos) end = path_list.size();
+    // An empty entry means the current directory, as in execvp.
+    std::string dir = end > start ? path_list.substr(start, end - start) : std::string(".");
+    std::string candidate = dir + "/" + name;
+    struct stat st;
+    int base = cwd_fd >= 0 ? cwd_fd : AT_FDCWD;
+    if (fstatat(base, candidate.c_str(), &st, 0) == 0 && S_ISREG(st.st_mode) &&
+        faccessat(base, candidate.c_str(), X_OK, AT_EACCESS) == 0)
+      return candidate;
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace sandbox::os

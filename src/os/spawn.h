@@ -1,0 +1,84 @@
+// Spawning a child process fast (vfork semantics: no copy of the parent's
+// address space) straight into a cgroup, and owning it until it is reaped.
+#ifndef SANDBOX_OS_SPAWN_H_
+#define SANDBOX_OS_SPAWN_H_
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "os/unique_fd.h"
+#include "sandbox/error.h"
+#include "sandbox/sandbox.h"
+
+namespace sandbox::os {
+
+// What to run and how. Every fd is borrowed; the child gets copies.
+struct SpawnSpec {
+  std::string exec_path;           // passed to execve (relative to cwd_fd if relative)
+  std::vector<std::string> argv;   // argv[0] first
+  std::vector<std::string> env;    // the complete environment, "KEY=VALUE"
+  int cwd_fd = -1;                 // directory to fchdir into, or -1
+  int stdin_fd = -1;               // become fds 0, 1, 2 of the child
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  int extra_fd = -1;               // if >= 0, becomes fd 3 of the child
+  int cgroup_procs_fd = -1;        // the child writes "0" here before exec
+  bool new_session = true;         // setsid(): no controlling terminal
+};
+
+// A spawned child: owns its pid (reaped exactly once) and a pidfd. If
+// destroyed before Wait, it is SIGKILLed and reaped.
+class Child {
+ public:
+  Child() = default;
+  Child(pid_t pid, UniqueFd pidfd) : pid_(pid), pidfd_(std::move(pidfd)) {}
+  Child(Child&& other) noexcept;
+  Child& operator=(Child&& other) noexcept;
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child();
+
+  pid_t pid() const { return pid_; }
+  // Readable (POLLIN) once the child has exited.
+  int pidfd() const { return pidfd_.get(); }
+  bool reaped() const { return status_.has_value(); }
+
+  // Blocks until the child exits and reaps it; memoized.
+  Expected<ExitStatus> Wait();
+  // Reaps if the child has exited; nullopt while it runs.
+  Expected<std::optional<ExitStatus>> TryWait();
+  // SIGKILLs the child itself (not its descendants).
+  Status Kill() const;
+
+ private:
+  pid_t pid_ = -1;
+  UniqueFd pidfd_;
+  std::optional<ExitStatus> status_;
+};
+
+// The errno with which execve (or a step before it) failed in the child.
+struct ExecFailure {
+  int err;
+  const char* step;  // "execve", "chdir", "dup2", "cgroup"
+};
+
+// Spawns per `spec`. Returns the Child, or an Error whose code is NotFound
+// (ENOENT), PermissionDenied (EACCES) or InvalidArgument (ENOEXEC) when the
+// program could not be executed, with `failure` filled in.
+Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure = nullptr);
+
+// Searches `name` (no '/') in the colon-separated `path_list` for an
+// executable regular file, relative entries resolved from `cwd_fd`. Returns
+// the path to exec, or nullopt.
+std::optional<std::string> FindExecutable(const std::string& name, const std::string& path_list,
+                                          int cwd_fd);
+
+// Converts a wait status to the Result convention: 128+N for signal N.
+ExitStatus DecodeWaitStatus(int code, int status);
+
+}  // namespace sandbox::os
+
+#endif  // SANDBOX_OS_SPAWN_H_

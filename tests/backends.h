@@ -1,0 +1,48 @@
+// The backends the conformance suite runs against, and the policy for a
+// backend that cannot run here: skip loudly, or fail when
+// SANDBOX_REQUIRE_BACKENDS names it.
+#ifndef SANDBOX_TESTS_BACKENDS_H_
+#define SANDBOX_TESTS_BACKENDS_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sandbox/sandbox.h"
+
+namespace sandbox::testing {
+
+struct BackendUnderTest {
+  std::string name;
+  // "" when the backend can run on this machine, else why not.
+  std::function<std::string()> unavailable_reason;
+  // Creates a sandbox whose root is the host directory `workspace`.
+  std::function<Expected<std::unique_ptr<Sandbox>>(const std::string& workspace)> make;
+};
+
+// Every backend the project has, in order of isolation.
+const std::vector<BackendUnderTest>& AllBackends();
+const BackendUnderTest& FindBackend(const std::string& name);
+std::vector<std::string> AllBackendNames();
+
+// True when SANDBOX_REQUIRE_BACKENDS (comma-separated) names `backend`.
+bool BackendRequired(const std::string& backend);
+
+}  // namespace sandbox::testing
+
+// In a test body: skip with the reason when `backend` cannot run here, or
+// fail when SANDBOX_REQUIRE_BACKENDS requires it.
+#define SANDBOX_SKIP_UNLESS_AVAILABLE(backend)                                            \
+  do {                                                                                    \
+    std::string reason_ = ::sandbox::testing::FindBackend(backend).unavailable_reason();  \
+    if (!reason_.empty()) {                                                               \
+      if (::sandbox::testing::BackendRequired(backend)) {                                 \
+        FAIL() << "backend " << (backend)                                                 \
+               << " is required by SANDBOX_REQUIRE_BACKENDS but cannot run: " << reason_; \
+      }                                                                                   \
+      GTEST_SKIP() << "backend " << (backend) << " unavailable: " << reason_;             \
+    }                                                                                     \
+  } while (0)
+
+#endif  // SANDBOX_TESTS_BACKENDS_H_

@@ -1,0 +1,519 @@
+// End-to-end tests of the `sandbox` command-line tool (DESIGN.md section 7):
+// each test runs the built binary, feeds its stdin, captures stdout, stderr
+// and the exit status, and asserts exact values.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+
+extern char** environ;
+
+namespace sandbox::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr const char* kCliPath = SANDBOX_CLI_PATH;
+
+struct CliOptions {
+  std::string stdin_data;
+  std::vector<std::string> extra_env;  // "KEY=VALUE" added to this process's environment
+  std::string cwd;                     // "" keeps this process's
+  // Called on a separate thread with the CLI's pid once it is running.
+  std::function<void(pid_t)> while_running;
+};
+
+struct CliRun {
+  int exit_code = -1;   // -1 when killed by a signal
+  int term_signal = 0;  // the signal that killed the CLI itself, if any
+  std::string out;
+  std::string err;
+  milliseconds elapsed{0};
+};
+
+// Runs the CLI with `args` (argv[1..]) and waits for it.
+CliRun RunCli(const std::vector<std::string>& args, const CliOptions& options = {}) {
+  CliRun run;
+  int in_pipe[2], out_pipe[2], err_pipe[2];
+  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0 ||
+      pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe2: " << std::strerror(errno);
+    return run;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+  if (!options.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, options.cwd.c_str());
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t empty, defaults;
+  sigemptyset(&empty);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigmask(&attr, &empty);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+
+  std::vector<std::string> argv_strings = {kCliPath};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& arg : argv_strings) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  env_strings.insert(env_strings.end(), options.extra_env.begin(), options.extra_env.end());
+  std::vector<char*> envp;
+  for (auto& entry : env_strings) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+
+  const auto start = steady_clock::now();
+  pid_t pid = -1;
+  int spawned = posix_spawn(&pid, kCliPath, &actions, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  close(in_pipe[0]);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (spawned != 0) {
+    ADD_FAILURE() << "posix_spawn " << kCliPath << ": " << std::strerror(spawned);
+    close(in_pipe[1]);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    return run;
+  }
+
+  std::thread watcher;
+  if (options.while_running) watcher = std::thread([&] { options.while_running(pid); });
+
+  // Feed stdin and drain both outputs at once so no pipe ever fills up.
+  fcntl(in_pipe[1], F_SETFL, O_NONBLOCK);
+  std::size_t fed = 0;
+  int stdin_fd = in_pipe[1];
+  if (options.stdin_data.empty()) {
+    close(stdin_fd);
+    stdin_fd = -1;
+  }
+  int out_fd = out_pipe[0], err_fd = err_pipe[0];
+  while (out_fd >= 0 || err_fd >= 0) {
+    pollfd fds[3] = {{stdin_fd, POLLOUT, 0}, {out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+    if (poll(fds, 3, -1) < 0) {
+      if (errno == EINTR) continue;
+      ADD_FAILURE() << "poll: " << std::strerror(errno);
+      break;
+    }
+    if (stdin_fd >= 0 && fds[0].revents) {
+      ssize_t n = write(stdin_fd, options.stdin_data.data() + fed, options.stdin_data.size() - fed);
+      if (n > 0) fed += static_cast<std::size_t>(n);
+      if (n < 0 && errno != EAGAIN) fed = options.stdin_data.size();
+      if (fed == options.stdin_data.size()) {
+        close(stdin_fd);
+        stdin_fd = -1;
+      }
+    }
+    char buffer[65536];
+    for (int i = 1; i <= 2; ++i) {
+      if (!fds[i].revents) continue;
+      int& fd = i == 1 ? out_fd : err_fd;
+      ssize_t n = read(fd, buffer, sizeof buffer);
+      if (n > 0) {
+        (i == 1 ? run.out : run.err).append(buffer, static_cast<std::size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fd);
+        fd = -1;
+      }
+    }
+  }
+  if (stdin_fd >= 0) close(stdin_fd);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  run.elapsed = std::chrono::duration_cast<milliseconds>(steady_clock::now() - start);
+  if (watcher.joinable()) watcher.join();
+  if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) run.term_signal = WTERMSIG(status);
+  return run;
+}
+
+// Shows what the CLI said when an assertion on its exit status fails.
+std::string Describe(const CliRun& run) {
+  return "exit " + std::to_string(run.exit_code) + " signal " + std::to_string(run.term_signal) +
+         "\nstdout: " + run.out + "\nstderr: " + run.err;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string(kCliPath).empty()) GTEST_SKIP() << "the sandbox CLI is not built";
+  }
+  // `sandbox run --workspace <temp> ARGS...`.
+  CliRun Run(std::vector<std::string> args, CliOptions options = {}) {
+    args.insert(args.begin(), {"run", "--workspace", workspace_.path()});
+    return RunCli(args, options);
+  }
+  TempDir workspace_;
+};
+
+TEST_F(CliTest, EchoPassesStdoutThrough) {
+  CliRun run = Run({"--", "echo", "hello", "world"});
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_EQ(run.out, "hello world\n");
+  EXPECT_EQ(run.err, "");
+}
+
+TEST_F(CliTest, StreamsAreSeparateAndBinarySafe) {
+  CliRun run = Run({"--", "sh", "-c", "printf 'a\\000\\377b'; printf 'to stderr' >&2"});
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_EQ(run.out, std::string("a\0\377b", 4));
+  EXPECT_EQ(run.err, "to stderr");
+}
+
+TEST_F(CliTest, ExitStatusIsTheCommands) {
+  EXPECT_EQ(Run({"--", "true"}).exit_code, 0);
+  CliRun run = Run({"--", "sh", "-c", "exit 3"});
+  EXPECT_EQ(run.exit_code, 3) << Describe(run);
+  EXPECT_EQ(run.out, "");
+  EXPECT_EQ(run.err, "");
+}
+
+TEST_F(CliTest, ProgramStartsAtFirstNonOption) {
+  CliRun run = Run({"echo", "--json", "x"});
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_EQ(run.out, "--json x\n");
+}
+
+TEST_F(CliTest, OptionEqualsValueForm) {
+  CliRun run = Run({"--timeout=5s", "--env=GREETING=a=b", "--", "sh", "-c", "echo $GREETING"});
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_EQ(run.out, "a=b\n");
+}
+
+TEST_F(CliTest, JsonIsOneObjectWithExactKeysAndValues) {
+  CliRun run = Run({"--json", "--", "sh", "-c", "printf out; printf err >&2; exit 2"});
+  ASSERT_EQ(run.exit_code, 2) << Describe(run);
+  EXPECT_EQ(run.err, "");
+  ASSERT_EQ(run.out.back(), '\n');
+  EXPECT_EQ(run.out.find('\n'), run.out.size() - 1) << "exactly one line";
+  auto object = nlohmann::ordered_json::parse(run.out);
+  std::vector<std::string> keys;
+  for (const auto& item : object.items()) keys.push_back(item.key());
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"exit_code", "stdout", "stderr", "duration_ms", "timed_out",
+                                      "stdout_truncated", "stderr_truncated", "signal", "isolation",
+                                      "backend", "stdout_dropped", "stderr_dropped"}));
+  EXPECT_EQ(object["exit_code"], 2);
+  EXPECT_EQ(object["stdout"], "out");
+  EXPECT_EQ(object["stderr"], "err");
+  EXPECT_TRUE(object["duration_ms"].is_number_float());
+  EXPECT_GT(object["duration_ms"].get<double>(), 0.0);
+  EXPECT_EQ(object["timed_out"], false);
+  EXPECT_EQ(object["stdout_truncated"], false);
+  EXPECT_EQ(object["stderr_truncated"], false);
+  EXPECT_TRUE(object["signal"].is_null());
+  EXPECT_EQ(object["isolation"], "none");
+  EXPECT_EQ(object["backend"], "local");
+  EXPECT_EQ(object["stdout_dropped"], 0);
+  EXPECT_EQ(object["stderr_dropped"], 0);
+}
+
+TEST_F(CliTest, JsonReplacesInvalidUtf8WithReplacementCharacter) {
+  CliRun run = Run({"--json", "--", "sh", "-c", "printf 'a\\377b'"});
+  ASSERT_EQ(run.exit_code, 0) << Describe(run);
+  auto object = nlohmann::json::parse(run.out);
+  EXPECT_EQ(object["stdout"],
+            "a\xEF\xBF\xBD"
+            "b");
+}
+
+TEST_F(CliTest, TimeoutKillsAndExits124) {
+  CliRun run = Run({"--timeout", "200ms", "--", "sleep", "5"});
+  EXPECT_EQ(run.exit_code, 124) << Describe(run);
+  EXPECT_LT(run.elapsed, milliseconds(3000));
+}
+
+TEST_F(CliTest, TimeoutWithJsonPrintsTheObjectAndExits124) {
+  CliRun run = Run({"--json", "--timeout", "200ms", "--", "sh", "-c", "echo started; sleep 5"});
+  ASSERT_EQ(run.exit_code, 124) << Describe(run);
+  EXPECT_LT(run.elapsed, milliseconds(3000));
+  auto object = nlohmann::json::parse(run.out);
+  EXPECT_EQ(object["timed_out"], true);
+  EXPECT_EQ(object["stdout"], "started\n");
+  EXPECT_EQ(object["signal"], SIGKILL);
+  EXPECT_EQ(object["exit_code"], 128 + SIGKILL);
+}
+
+TEST_F(CliTest, CommandKilledBySignalReports128PlusSignal) {
+  CliRun run = Run({"--", "sh", "-c", "kill -TERM $$"});
+  EXPECT_EQ(run.exit_code, 143) << Describe(run);
+  CliRun json = Run({"--json", "--", "sh", "-c", "kill -TERM $$"});
+  ASSERT_EQ(json.exit_code, 143) << Describe(json);
+  auto object = nlohmann::json::parse(json.out);
+  EXPECT_EQ(object["signal"], 15);
+  EXPECT_EQ(object["exit_code"], 143);
+  EXPECT_EQ(object["timed_out"], false);
+}
+
+TEST_F(CliTest, MissingProgramExits127WithShellLikeMessage) {
+  CliRun run = Run({"--", "sandbox-no-such-program-4711"});
+  EXPECT_EQ(run.exit_code, 127) << Describe(run);
+  EXPECT_EQ(run.out, "");
+  EXPECT_NE(run.err.find("sandbox-no-such-program-4711"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("not found"), std::string::npos) << run.err;
+}
+
+TEST_F(CliTest, StdinIsTheCommandsStdin) {
+  std::string data = "line one\nline two\n";
+  data.push_back('\0');
+  data += "\377binary";
+  CliOptions options;
+  options.stdin_data = data;
+  CliRun run = Run({"--", "cat"}, options);
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_EQ(run.out, data);
+}
+
+TEST_F(CliTest, LargeStdinPassesThrough) {
+  std::string data(3 << 19, 'x');  // 1.5 MiB, above one pipe buffer
+  CliOptions options;
+  options.stdin_data = data;
+  CliRun run = Run({"--", "wc", "-c"}, options);
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_EQ(run.out, std::to_string(data.size()) + "\n");
+}
+
+TEST_F(CliTest, EnvIsPassedAndHostEnvIsNotInherited) {
+  CliOptions options;
+  options.extra_env = {"SANDBOX_CLI_TEST_SECRET=hunter2"};
+  CliRun run = Run({"--env", "FOO=bar", "--env", "EMPTY=", "--", "env"}, options);
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_NE(run.out.find("\nFOO=bar\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("\nEMPTY=\n"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("SANDBOX_CLI_TEST_SECRET"), std::string::npos) << run.out;
+  EXPECT_EQ(run.out.find("hunter2"), std::string::npos) << run.out;
+}
+
+TEST_F(CliTest, DirIsTheWorkingDirectoryInsideTheWorkspace) {
+  std::filesystem::create_directories(workspace_.Join("sub/inner"));
+  CliRun run = Run({"--dir", "sub/inner", "--", "pwd"});
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_EQ(run.out, workspace_.Join("sub/inner") + "\n");
+}
+
+TEST_F(CliTest, DirThatEscapesTheWorkspaceIsRefused) {
+  CliRun run = Run({"--dir", "../..", "--", "pwd"});
+  EXPECT_EQ(run.exit_code, 125) << Describe(run);
+  EXPECT_EQ(run.out, "");
+  EXPECT_TRUE(run.err.starts_with("sandbox: ")) << run.err;
+}
+
+TEST_F(CliTest, WorkspaceIsTheRoot) {
+  WriteHostFile(workspace_.Join("note.txt"), "from the host\n");
+  CliRun run = Run({"--", "cat", "note.txt"});
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_EQ(run.out, "from the host\n");
+  CliRun write = Run({"--", "sh", "-c", "echo made inside > made.txt"});
+  EXPECT_EQ(write.exit_code, 0) << Describe(write);
+  EXPECT_EQ(ReadHostFile(workspace_.Join("made.txt")), "made inside\n");
+}
+
+TEST_F(CliTest, WorkspaceDefaultsToTheCurrentDirectory) {
+  WriteHostFile(workspace_.Join("here.txt"), "cwd\n");
+  CliOptions options;
+  options.cwd = workspace_.path();
+  CliRun run = RunCli({"run", "--", "sh", "-c", "pwd; cat here.txt"}, options);
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_EQ(run.out, workspace_.path() + "\ncwd\n");
+}
+
+TEST_F(CliTest, MissingWorkspaceIs125) {
+  CliRun run = RunCli({"run", "--json", "--workspace", workspace_.Join("missing"), "--", "true"});
+  EXPECT_EQ(run.exit_code, 125) << Describe(run);
+  EXPECT_EQ(run.out, "") << "an Error leaves stdout empty even with --json";
+  EXPECT_TRUE(run.err.starts_with("sandbox: ")) << run.err;
+}
+
+TEST_F(CliTest, TruncatedStdoutIsReportedOnStderr) {
+  constexpr std::size_t kTotal = 3'000'000;
+  CliRun run = Run({"--", "head", "-c", std::to_string(kTotal), "/dev/zero"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  ASSERT_LT(run.out.size(), kTotal);
+  EXPECT_EQ(run.err, "sandbox: stdout truncated: " + std::to_string(kTotal - run.out.size()) +
+                         " bytes dropped from the middle\n");
+}
+
+TEST_F(CliTest, TruncationIsReportedInJson) {
+  constexpr std::size_t kTotal = 3'000'000;
+  CliRun run = Run({"--json", "--", "head", "-c", std::to_string(kTotal), "/dev/zero"});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  auto object = nlohmann::json::parse(run.out);
+  EXPECT_EQ(object["stdout_truncated"], true);
+  EXPECT_EQ(
+      object["stdout_dropped"].get<std::size_t>() + object["stdout"].get<std::string>().size(),
+      kTotal);
+}
+
+struct UsageErrorCase {
+  std::vector<std::string> args;
+  std::string message;  // the exact stderr line, or "" to check only the prefix
+};
+
+void PrintTo(const UsageErrorCase& c, std::ostream* os) {
+  *os << "sandbox";
+  for (const auto& arg : c.args) *os << " '" << arg << "'";
+}
+
+class CliUsageErrorTest : public CliTest, public ::testing::WithParamInterface<UsageErrorCase> {};
+
+TEST_P(CliUsageErrorTest, Exits125WithMessage) {
+  CliRun run = RunCli(GetParam().args);
+  EXPECT_EQ(run.exit_code, 125) << Describe(run);
+  EXPECT_EQ(run.out, "");
+  if (GetParam().message.empty()) {
+    EXPECT_TRUE(run.err.starts_with("sandbox")) << run.err;
+  } else {
+    EXPECT_EQ(run.err, GetParam().message + "\n");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, CliUsageErrorTest,
+    ::testing::Values(
+        UsageErrorCase{{"run", "--timeout", "abc", "--", "true"},
+                       "sandbox: --timeout: invalid duration 'abc': use e.g. 500ms, 30s, 5m, 1h "
+                       "or 1m30s"},
+        UsageErrorCase{{"run", "--timeout", "-5s", "--", "true"},
+                       "sandbox: --timeout: negative duration '-5s': a timeout must be positive"},
+        UsageErrorCase{{"run", "--backend", "nope", "--", "true"},
+                       "sandbox: unknown backend 'nope': expected local, namespace, docker, "
+                       "gvisor or microvm"},
+        UsageErrorCase{{"run", "--bogus", "--", "true"},
+                       "sandbox: unknown option '--bogus' (see `sandbox run --help`)"},
+        UsageErrorCase{{"run", "--"},
+                       "sandbox: missing PROGRAM after --: usage: sandbox run [OPTIONS] -- "
+                       "PROGRAM [ARGS...]"},
+        UsageErrorCase{{"run"},
+                       "sandbox: missing PROGRAM: usage: sandbox run [OPTIONS] -- PROGRAM "
+                       "[ARGS...]"},
+        UsageErrorCase{{"run", "--env", "=x", "--", "true"},
+                       "sandbox: --env '=x' has an empty KEY"},
+        UsageErrorCase{{"run", "--env", "NOVALUE", "--", "true"},
+                       "sandbox: --env 'NOVALUE' is not KEY=VALUE"},
+        UsageErrorCase{{"run", "--timeout"},
+                       "sandbox: --timeout needs a value, e.g. --timeout 30s"},
+        UsageErrorCase{{"run", "--json=yes", "--", "true"}, "sandbox: --json takes no value"},
+        UsageErrorCase{{"run", "--memory", "1g", "--", "true"},
+                       "sandbox: the local backend cannot enforce --memory; it runs commands as "
+                       "plain host processes without resource limits (the namespace backend "
+                       "will enforce them; this build does not have it yet)"},
+        UsageErrorCase{{"run", "--pids", "10", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--cpus", "0.5", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--isolation", "kernel", "--", "true"},
+                       "sandbox: --isolation kernel needs the gvisor backend (Docker with "
+                       "runsc), which this build does not have yet; use --backend local for "
+                       "trusted code"},
+        UsageErrorCase{{"run", "--isolation", "process", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--isolation", "vm", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--backend", "namespace", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--backend", "docker", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--backend", "gvisor", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--backend", "microvm", "--", "true"}, ""},
+        UsageErrorCase{{"mcp"}, "sandbox mcp: not available in this build yet"},
+        UsageErrorCase{{"doctor"}, "sandbox doctor: not available in this build yet"},
+        UsageErrorCase{{"image"}, "sandbox image: not available in this build yet"},
+        UsageErrorCase{{"gc"}, "sandbox gc: not available in this build yet"},
+        UsageErrorCase{{"frobnicate"}, ""}, UsageErrorCase{{}, ""}));
+
+TEST_F(CliTest, BackendLocalAndIsolationNoneAreAccepted) {
+  CliRun run = Run({"--backend", "local", "--isolation", "none", "--network", "--", "echo", "ok"});
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
+  EXPECT_EQ(run.out, "ok\n");
+}
+
+TEST_F(CliTest, HelpGoesToStdoutAndExits0) {
+  CliRun top = RunCli({"--help"});
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_TRUE(top.out.starts_with("usage: sandbox COMMAND")) << top.out;
+  EXPECT_EQ(top.err, "");
+  CliRun short_help = RunCli({"-h"});
+  EXPECT_EQ(short_help.exit_code, 0);
+  EXPECT_EQ(short_help.out, top.out);
+  CliRun run_help = RunCli({"run", "--help"});
+  EXPECT_EQ(run_help.exit_code, 0);
+  EXPECT_TRUE(run_help.out.starts_with("usage: sandbox run [OPTIONS] -- PROGRAM [ARGS...]\n"))
+      << run_help.out;
+  EXPECT_EQ(run_help.err, "");
+}
+
+TEST_F(CliTest, UnknownCommandPrintsUsageOnStderr) {
+  CliRun run = RunCli({"frobnicate"});
+  EXPECT_EQ(run.exit_code, 125);
+  EXPECT_EQ(run.out, "");
+  EXPECT_TRUE(run.err.starts_with("sandbox: unknown command 'frobnicate'\n")) << run.err;
+  EXPECT_NE(run.err.find("usage: sandbox COMMAND"), std::string::npos);
+}
+
+TEST_F(CliTest, VersionPrintsTheVersion) {
+  CliRun run = RunCli({"version"});
+  EXPECT_EQ(run.exit_code, 0);
+  EXPECT_TRUE(run.out.starts_with("sandbox ")) << run.out;
+  EXPECT_EQ(run.out.back(), '\n');
+}
+
+// Sends `signal_number` to the CLI once the command's processes carrying
+// `marker` are running, and checks the whole tree is gone afterwards.
+void ExpectSignalKillsTree(int signal_number, int expected_exit) {
+  const std::string marker = UniqueMarker();
+  std::atomic<int> seen{0};
+  TempDir workspace;
+  CliOptions options;
+  options.while_running = [&](pid_t pid) {
+    const auto deadline = steady_clock::now() + std::chrono::seconds(10);
+    while (steady_clock::now() < deadline) {
+      seen = CountProcessesWithArg(marker);
+      if (seen >= 2) break;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    kill(pid, signal_number);
+  };
+  CliRun run = RunCli({"run", "--workspace", workspace.path(), "--", "sh", "-c",
+                       "sleep " + marker + " & sleep " + marker + "; wait"},
+                      options);
+  EXPECT_EQ(seen.load(), 2) << "the command's processes never appeared";
+  EXPECT_EQ(run.exit_code, expected_exit) << Describe(run);
+  EXPECT_LT(run.elapsed, milliseconds(8000));
+  EXPECT_EQ(WaitForNoProcessesWithArg(marker, 5000), 0) << "a process of the tree survived";
+}
+
+TEST(CliSignalTest, SigintCancelsTheCommandTreeAndExits130) {
+  if (std::string(kCliPath).empty()) GTEST_SKIP() << "the sandbox CLI is not built";
+  ExpectSignalKillsTree(SIGINT, 130);
+}
+
+TEST(CliSignalTest, SigtermCancelsTheCommandTreeAndExits143) {
+  if (std::string(kCliPath).empty()) GTEST_SKIP() << "the sandbox CLI is not built";
+  ExpectSignalKillsTree(SIGTERM, 143);
+}
+
+}  // namespace
+}  // namespace sandbox::testing

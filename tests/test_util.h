@@ -1,0 +1,53 @@
+// Helpers shared by the tests: temporary directories and process scans.
+#ifndef SANDBOX_TESTS_TEST_UTIL_H_
+#define SANDBOX_TESTS_TEST_UTIL_H_
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace sandbox::testing {
+
+// A fresh directory under $TMPDIR (or /tmp), removed recursively on
+// destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  // path() + "/" + name.
+  std::string Join(std::string_view name) const;
+
+ private:
+  std::string path_;
+};
+
+// Writes `data` to a host file (test setup, not through a sandbox).
+void WriteHostFile(const std::string& path, std::string_view data);
+// Reads a host file; "" when missing.
+std::string ReadHostFile(const std::string& path);
+bool HostPathExists(const std::string& path);
+
+// The number of live (non-zombie) processes on the host whose command line
+// contains `marker` as one argument. Test-only: production code never scans
+// /proc by name.
+int CountProcessesWithArg(std::string_view marker);
+
+// Waits up to `timeout_ms` for CountProcessesWithArg(marker) to reach 0 and
+// returns the last count.
+int WaitForNoProcessesWithArg(std::string_view marker, int timeout_ms);
+
+// A marker unique to this test run, usable as a harmless argument (a number
+// of seconds for sleep, say).
+std::string UniqueMarker();
+
+// Peak resident set size of this process, in bytes (VmHWM).
+std::size_t PeakRssBytes();
+// Current resident set size of this process, in bytes (VmRSS).
+std::size_t CurrentRssBytes();
+
+}  // namespace sandbox::testing
+
+#endif  // SANDBOX_TESTS_TEST_UTIL_H_

@@ -1,0 +1,72 @@
+// The sandbox command-line tool: dispatches subcommands. Each subcommand is a
+// thin adapter over the library; the contract is DESIGN.md section 7.
+#include <unistd.h>
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "run.h"
+
+#ifndef SANDBOX_VERSION
+#define SANDBOX_VERSION "0.1.0"
+#endif
+
+namespace {
+
+constexpr std::string_view kUsage = R"(usage: sandbox COMMAND [OPTIONS]
+
+One isolation boundary for AI agents: every command runs through a sandbox.
+
+commands:
+  run       run one command in a sandbox and exit with its status
+            (sandbox run [OPTIONS] -- PROGRAM [ARGS...]; see sandbox run --help)
+  version   print the version
+  mcp, doctor, image, gc
+            not available in this build yet
+
+options:
+  -h, --help   print this help and exit
+)";
+
+void Write(int fd, std::string_view text) {
+  while (!text.empty()) {
+    ssize_t written = write(fd, text.data(), text.size());
+    if (written <= 0) return;
+    text.remove_prefix(static_cast<std::size_t>(written));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Before any thread exists, so that only `run`'s signal thread sees them.
+  sandbox::cli::BlockTerminationSignals();
+
+  std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
+  if (args.empty()) {
+    Write(STDERR_FILENO, "sandbox: missing COMMAND\n\n");
+    Write(STDERR_FILENO, kUsage);
+    return sandbox::cli::kExitSandboxFailed;
+  }
+  const std::string& command = args.front();
+  if (command == "-h" || command == "--help" || command == "help") {
+    Write(STDOUT_FILENO, kUsage);
+    return 0;
+  }
+  if (command == "version" || command == "--version") {
+    Write(STDOUT_FILENO, "sandbox " SANDBOX_VERSION "\n");
+    return 0;
+  }
+  if (command == "run") {
+    return sandbox::cli::RunCommand(std::span<const std::string>(args).subspan(1));
+  }
+  if (command == "mcp" || command == "doctor" || command == "image" || command == "gc") {
+    Write(STDERR_FILENO, "sandbox " + command + ": not available in this build yet\n");
+    return sandbox::cli::kExitSandboxFailed;
+  }
+  Write(STDERR_FILENO, "sandbox: unknown command '" + command + "'\n\n");
+  Write(STDERR_FILENO, kUsage);
+  return sandbox::cli::kExitSandboxFailed;
+}

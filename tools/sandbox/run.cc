@@ -1,0 +1,321 @@
+#include "run.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "flags.h"
+#include "sandbox/context.h"
+#include "sandbox/error.h"
+#include "sandbox/local.h"
+#include "sandbox/sandbox.h"
+
+namespace sandbox::cli {
+namespace {
+
+// The most standard input `sandbox run` buffers for the command.
+constexpr std::size_t kMaxStdinBytes = std::size_t{256} << 20;
+
+sigset_t TerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+// Waits for SIGINT/SIGTERM/SIGHUP on a dedicated thread (the signals are
+// blocked in every thread, see BlockTerminationSignals). While standard input
+// is being read a signal ends the CLI at once (nothing has been started yet);
+// after that, the first signal cancels through the stop token, so a running
+// command's whole tree is killed by the backend, and a second one ends the CLI
+// at once. Destruction stops and joins the thread.
+class SignalWatcher {
+ public:
+  SignalWatcher() : thread_([this] { Loop(); }) {}
+  SignalWatcher(const SignalWatcher&) = delete;
+  SignalWatcher& operator=(const SignalWatcher&) = delete;
+  ~SignalWatcher() {
+    shutting_down_.store(true);
+    // A thread-directed signal wakes the sigwait; the flag makes it return.
+    pthread_kill(thread_.native_handle(), SIGTERM);
+    thread_.join();
+  }
+
+  std::stop_token token() const { return stop_.get_token(); }
+
+  // From now on a signal cancels through the stop token instead of exiting.
+  void CancelFromNowOn() { cancellable_.store(true); }
+
+  // The first signal received, or 0.
+  int received() const { return received_.load(); }
+
+ private:
+  void Loop() {
+    const sigset_t set = TerminationSignals();
+    while (true) {
+      int signal_number = 0;
+      if (sigwait(&set, &signal_number) != 0) continue;
+      if (shutting_down_.load()) return;
+      int expected = 0;
+      if (!received_.compare_exchange_strong(expected, signal_number)) _exit(128 + expected);
+      if (!cancellable_.load()) _exit(128 + signal_number);
+      stop_.request_stop();
+    }
+  }
+
+  std::stop_source stop_;
+  std::atomic<int> received_{0};
+  std::atomic<bool> cancellable_{false};
+  std::atomic<bool> shutting_down_{false};
+  std::thread thread_;  // last: starts after the members it uses exist
+};
+
+// Writes all of `data` to `fd`, waiting out EINTR and a non-blocking fd.
+// False when the reader is gone or the write fails.
+bool WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t written = write(fd, data.data(), data.size());
+    if (written > 0) {
+      data.remove_prefix(static_cast<std::size_t>(written));
+    } else if (written < 0 && errno == EINTR) {
+      continue;
+    } else if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd waiter{.fd = fd, .events = POLLOUT, .revents = 0};
+      poll(&waiter, 1, -1);
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+void PrintError(std::string_view message) {
+  WriteAll(STDERR_FILENO, "sandbox: " + std::string(message) + "\n");
+}
+
+// The CLI's standard input, read to its end unless it is a terminal (then the
+// command gets none). A closed fd 0 counts as empty.
+Expected<std::string> ReadStandardInput() {
+  std::string data;
+  if (isatty(STDIN_FILENO)) return data;
+  char buffer[64 * 1024];
+  while (true) {
+    ssize_t got = read(STDIN_FILENO, buffer, sizeof buffer);
+    if (got == 0) return data;
+    if (got > 0) {
+      if (data.size() + static_cast<std::size_t>(got) > kMaxStdinBytes)
+        return Fail(Error::Code::TooLarge,
+                    "standard input is larger than 256 MiB; put large data in a file in the "
+                    "workspace and let the command read it");
+      data.append(buffer, static_cast<std::size_t>(got));
+      continue;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      pollfd waiter{.fd = STDIN_FILENO, .events = POLLIN, .revents = 0};
+      poll(&waiter, 1, -1);
+      continue;
+    }
+    if (errno == EBADF) return data;
+    return Fail(Error::Code::Internal,
+                std::string("read standard input: ") + std::generic_category().message(errno));
+  }
+}
+
+// Why a backend named on the command line cannot run in this build.
+std::string BackendUnavailable(std::string_view backend) {
+  std::string needs;
+  if (backend == "namespace") needs = "Linux >= 5.6 with user namespaces";
+  if (backend == "docker") needs = "a Docker Engine at DOCKER_HOST or /var/run/docker.sock";
+  if (backend == "gvisor") needs = "Docker with runsc registered as a runtime";
+  if (backend == "microvm") needs = "firecracker with /dev/kvm, or qemu-system-x86_64";
+  return "the " + std::string(backend) +
+         " backend is not available in this build yet (it will need " + needs +
+         "); use --backend local for trusted code";
+}
+
+// Why an isolation level above none cannot be had in this build.
+std::string IsolationUnavailable(Isolation level) {
+  std::string gives;
+  switch (level) {
+    case Isolation::Process:
+      gives = "the namespace or docker backend";
+      break;
+    case Isolation::Kernel:
+      gives = "the gvisor backend (Docker with runsc)";
+      break;
+    case Isolation::VM:
+      gives = "the microvm backend (firecracker or qemu)";
+      break;
+    case Isolation::None:
+      break;
+  }
+  return "--isolation " + std::string(ToString(level)) + " needs " + gives +
+         ", which this build does not have yet; use --backend local for trusted code";
+}
+
+// Picks the backend for the flags. Only local exists in this build; it is
+// also the default until the namespace backend exists (DESIGN.md section 7).
+Expected<std::string> SelectBackend(const RunFlags& flags) {
+  if (flags.backend && *flags.backend != "local")
+    return Fail(Error::Code::Unsupported, BackendUnavailable(*flags.backend));
+  if (flags.isolation && *flags.isolation > Isolation::None)
+    return Fail(Error::Code::InsufficientIsolation, IsolationUnavailable(*flags.isolation));
+  return std::string("local");
+}
+
+// Refuses resource limits the backend cannot enforce: never pretend a limit.
+Status CheckLimits(const RunFlags& flags, std::string_view backend) {
+  const char* limit = flags.memory ? "--memory"
+                      : flags.pids ? "--pids"
+                      : flags.cpus ? "--cpus"
+                                   : nullptr;
+  if (!limit) return {};
+  return Fail(Error::Code::Unsupported,
+              "the " + std::string(backend) + " backend cannot enforce " + limit +
+                  "; it runs commands as plain host processes without resource limits (the "
+                  "namespace backend will enforce them; this build does not have it yet)");
+}
+
+std::string ResultJson(const Result& result, const Capabilities& caps) {
+  nlohmann::ordered_json object;
+  object["exit_code"] = result.exit_code;
+  object["stdout"] = result.stdout_data;
+  object["stderr"] = result.stderr_data;
+  object["duration_ms"] = static_cast<double>(result.duration.count()) / 1e6;
+  object["timed_out"] = result.timed_out;
+  object["stdout_truncated"] = result.stdout_truncated;
+  object["stderr_truncated"] = result.stderr_truncated;
+  object["signal"] = result.signal ? nlohmann::ordered_json(*result.signal) : nullptr;
+  object["isolation"] = ToString(caps.isolation);
+  object["backend"] = caps.backend;
+  object["stdout_dropped"] = result.stdout_dropped;
+  object["stderr_dropped"] = result.stderr_dropped;
+  // Invalid UTF-8 in the captured streams becomes U+FFFD instead of throwing.
+  return object.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+}
+
+void WriteResult(const Result& result, const Capabilities& caps, bool json) {
+  if (json) {
+    WriteAll(STDOUT_FILENO, ResultJson(result, caps));
+    return;
+  }
+  WriteAll(STDOUT_FILENO, result.stdout_data);
+  WriteAll(STDERR_FILENO, result.stderr_data);
+  if (result.stdout_truncated)
+    PrintError("stdout truncated: " + std::to_string(result.stdout_dropped) +
+               " bytes dropped from the middle");
+  if (result.stderr_truncated)
+    PrintError("stderr truncated: " + std::to_string(result.stderr_dropped) +
+               " bytes dropped from the middle");
+}
+
+int ExitStatusOf(const Result& result) {
+  if (result.timed_out) return kExitTimedOut;
+  if (result.exit_code < 0 || result.exit_code > 255) return kExitSandboxFailed;
+  return result.exit_code;
+}
+
+}  // namespace
+
+void BlockTerminationSignals() {
+  const sigset_t set = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int RunCommand(std::span<const std::string> args) {
+  auto flags = ParseRunFlags(args);
+  if (!flags) {
+    PrintError(flags.error().message());
+    return kExitSandboxFailed;
+  }
+  if (flags->help) {
+    WriteAll(STDOUT_FILENO, RunUsage());
+    return 0;
+  }
+  auto backend = SelectBackend(*flags);
+  if (!backend) {
+    PrintError(backend.error().message());
+    return kExitSandboxFailed;
+  }
+  if (auto limits = CheckLimits(*flags, *backend); !limits) {
+    PrintError(limits.error().message());
+    return kExitSandboxFailed;
+  }
+
+  SignalWatcher signals;
+
+  auto stdin_data = ReadStandardInput();
+  if (!stdin_data) {
+    PrintError(stdin_data.error().message());
+    return kExitSandboxFailed;
+  }
+  signals.CancelFromNowOn();
+
+  LocalOptions options;
+  if (flags->workspace) {
+    options.root = *flags->workspace;
+  } else {
+    std::error_code error;
+    options.root = std::filesystem::current_path(error).string();
+    if (error) {
+      PrintError("cannot determine the current directory (" + error.message() +
+                 "); pass --workspace DIR");
+      return kExitSandboxFailed;
+    }
+  }
+  auto made = NewLocalSandbox(options);
+  if (!made) {
+    PrintError(made.error().message());
+    return kExitSandboxFailed;
+  }
+  std::unique_ptr<Sandbox> sandbox = std::move(*made);
+  if (auto required = Require(*sandbox, flags->isolation.value_or(Isolation::None)); !required) {
+    PrintError(required.error().message());
+    return kExitSandboxFailed;
+  }
+  const Capabilities caps = sandbox->GetCapabilities();
+
+  Command command{
+      .path = flags->program,
+      .args = flags->args,
+      .dir = flags->dir,
+      .env = flags->env,
+      .stdin_data = std::move(*stdin_data),
+      .timeout = flags->timeout,
+  };
+  const Context ctx = Context().StopToken(signals.token());
+  if (signals.received() != 0) return 128 + signals.received();
+  auto result = sandbox->Exec(ctx, command);
+  const int signal_number = signals.received();
+  if (auto closed = sandbox->Close(); !closed)
+    PrintError("warning: closing the sandbox: " + closed.error().message());
+
+  if (!result) {
+    if (signal_number != 0) return 128 + signal_number;
+    PrintError(result.error().message());
+    return kExitSandboxFailed;
+  }
+  WriteResult(*result, caps, flags->json);
+  if (signal_number != 0) return 128 + signal_number;
+  return ExitStatusOf(*result);
+}
+
+}  // namespace sandbox::cli

@@ -1,0 +1,26 @@
+// `sandbox run`: run one command through a sandbox and exit with its status.
+#ifndef SANDBOX_TOOLS_SANDBOX_RUN_H_
+#define SANDBOX_TOOLS_SANDBOX_RUN_H_
+
+#include <span>
+#include <string>
+
+namespace sandbox::cli {
+
+// Exit statuses of the CLI beyond the command's own (DESIGN.md section 7).
+inline constexpr int kExitTimedOut = 124;       // the sandbox's timeout killed the command
+inline constexpr int kExitSandboxFailed = 125;  // the sandbox itself failed, or bad usage
+
+// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread. main() calls it
+// first, before any thread exists, so every thread inherits the mask and only
+// RunCommand's signal thread ever receives them (with sigwait).
+void BlockTerminationSignals();
+
+// Runs `sandbox run` with the arguments that follow "run" and returns the
+// process exit status. Writes the command's output (or one JSON object) to
+// stdout/stderr. Requires BlockTerminationSignals() to have run.
+int RunCommand(std::span<const std::string> args);
+
+}  // namespace sandbox::cli
+
+#endif  // SANDBOX_TOOLS_SANDBOX_RUN_H_
