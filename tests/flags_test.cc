@@ -1,5 +1,5 @@
 // Unit tests of the CLI's pure parsing functions (tools/sandbox/flags.h).
-#include "../tools/sandbox/flags.h"
+#include "flags.h"
 
 #include <gtest/gtest.h>
 
@@ -7,9 +7,6 @@
 #include <cstdint>
 #include <string>
 #include <vector>
-// The CLI's parser is compiled into this test binary directly: the CLI is an
-// executable, so there is no library to link it from.
-#include "../tools/sandbox/flags.cc"
 
 namespace sandbox::cli {
 namespace {

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <mutex>
 #include <thread>
 
@@ -77,21 +78,25 @@ class Ring {
 
 class LocalProcess final : public Process {
  public:
-  LocalProcess(std::unique_ptr<os::CgroupLease> lease, std::shared_ptr<const ExecConfig> config, os::Child child, os::UniqueFd stdin_fd,
-               os::UniqueFd stdout_fd, os::UniqueFd stderr_fd, std::size_t ring_bytes)
+  LocalProcess(std::unique_ptr<os::CgroupLease> lease, std::shared_ptr<const ExecConfig> config,
+               os::Child child, os::UniqueFd stdin_fd, os::UniqueFd stdout_fd,
+               os::UniqueFd stderr_fd, os::UniqueFd stop_fd, std::size_t ring_bytes)
       : lease_(std::move(lease)),
         config_(std::move(config)),
         child_(std::move(child)),
         stdin_(std::move(stdin_fd)),
         stdout_(std::move(stdout_fd)),
         stderr_ring_(ring_bytes),
-        stderr_fd_(std::move(stderr_fd)) {
-    stderr_thread_ = std::thread([this] { DrainStderr(); });
+        stderr_fd_(std::move(stderr_fd)),
+        stop_fd_(std::move(stop_fd)) {
+    stderr_thread_ = std::thread([this] { DrainStderrUntilStopped(); });
   }
 
   ~LocalProcess() override {
     (void)Kill();
     (void)Wait();
+    std::uint64_t one = 1;
+    (void)::write(stop_fd_.get(), &one, sizeof one);
     if (stderr_thread_.joinable()) stderr_thread_.join();
     config_->trees->Remove(lease_.get());
   }
@@ -103,6 +108,9 @@ class LocalProcess final : public Process {
   Expected<ExitStatus> Wait() override {
     std::call_once(wait_once_, [this] {
       auto status = child_.Wait();
+      // Whatever the process wrote to stderr before it exited is in the pipe
+      // now: take it, so a snapshot after Wait holds the process's last words.
+      DrainAvailableStderr();
       if (status) {
         status_ = *status;
       } else {
@@ -116,7 +124,12 @@ class LocalProcess final : public Process {
   Status Kill() override { return lease_->Kill(); }
 
  private:
-  void DrainStderr() {
+  // Reads what the stderr pipe holds right now (it is non-blocking) into the
+  // ring. Serialized, so chunks land in the order they were written.
+  // Returns false at end of file.
+  bool DrainAvailableStderr() {
+    std::lock_guard lock(drain_mu_);
+    if (stderr_eof_) return false;
     char buffer[16384];
     for (;;) {
       long n = ::read(stderr_fd_.get(), buffer, sizeof buffer);
@@ -125,7 +138,21 @@ class LocalProcess final : public Process {
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
-      return;
+      if (n < 0 && errno == EAGAIN) return true;
+      stderr_eof_ = true;
+      return false;
+    }
+  }
+
+  void DrainStderrUntilStopped() {
+    for (;;) {
+      pollfd fds[2] = {{stderr_fd_.get(), POLLIN, 0}, {stop_fd_.get(), POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[1].revents) return;
+      if (!DrainAvailableStderr()) return;
     }
   }
 
@@ -135,7 +162,10 @@ class LocalProcess final : public Process {
   PipeWriter stdin_;
   PipeReader stdout_;
   Ring stderr_ring_;
-  os::UniqueFd stderr_fd_;
+  os::UniqueFd stderr_fd_;  // non-blocking
+  os::UniqueFd stop_fd_;    // eventfd: the drain thread stops when it is signalled
+  std::mutex drain_mu_;
+  bool stderr_eof_ = false;  // guarded by drain_mu_
   std::thread stderr_thread_;
   std::once_flag wait_once_;
   std::optional<ExitStatus> status_;
@@ -160,9 +190,12 @@ Expected<std::unique_ptr<Process>> StartLocalProcess(std::shared_ptr<const ExecC
   auto in = os::MakePipe();
   auto out = os::MakePipe();
   auto err = os::MakePipe();
+  auto stop = os::MakeEventFd();
   if (!in) return Fail(in.error());
   if (!out) return Fail(out.error());
   if (!err) return Fail(err.error());
+  if (!stop) return Fail(stop.error());
+  SANDBOX_RETURN_IF_ERROR(os::SetNonBlocking(err->read.get(), true));
 
   os::SpawnSpec spec;
   spec.exec_path = prepared->exec_path;
@@ -181,7 +214,8 @@ Expected<std::unique_ptr<Process>> StartLocalProcess(std::shared_ptr<const ExecC
   }
   auto process = std::make_unique<LocalProcess>(std::move(lease), config, std::move(*child),
                                                 std::move(in->write), std::move(out->read),
-                                                std::move(err->read), stderr_ring_bytes);
+                                                std::move(err->read), std::move(*stop),
+                                                stderr_ring_bytes);
   return std::unique_ptr<Process>(std::move(process));
 }
 

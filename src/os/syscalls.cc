@@ -45,6 +45,7 @@ Error::Code CodeForErrno(int err) {
       return Error::Code::Unsupported;
     case EPIPE:
     case ECONNRESET:
+    case EAGAIN:
       return Error::Code::Unavailable;
     default:
       return Error::Code::Internal;
@@ -68,12 +69,20 @@ int RawOpenat2(int dirfd, const char* path, std::uint64_t flags, std::uint64_t m
                std::uint64_t resolve) {
   open_how how{};
   how.flags = flags | O_CLOEXEC;
-  how.mode = (flags & (O_CREAT | O_TMPFILE)) ? mode : 0;
+  // openat2 refuses a mode unless a file may be created. O_TMPFILE contains
+  // the O_DIRECTORY bit, so test for all of it.
+  bool creates = (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE;
+  how.mode = creates ? mode : 0;
   how.resolve = resolve;
-  long fd;
-  do {
+  // EAGAIN: a concurrent rename or mount raced the ".." checks of
+  // RESOLVE_BENEATH. Retrying is safe; a bounded number of times, so a
+  // hostile process renaming in a loop cannot hold the caller forever.
+  constexpr int kMaxAttempts = 64;
+  long fd = -1;
+  for (int attempt = 0; attempt < kMaxAttempts; ++attempt) {
     fd = syscall(SYS_openat2, dirfd, path, &how, sizeof how);
-  } while (fd < 0 && (errno == EINTR || errno == EAGAIN));
+    if (fd >= 0 || (errno != EINTR && errno != EAGAIN)) break;
+  }
   return fd < 0 ? -errno : static_cast<int>(fd);
 }
 

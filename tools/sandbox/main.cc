@@ -9,9 +9,7 @@
 
 #include "run.h"
 
-#ifndef SANDBOX_VERSION
-#define SANDBOX_VERSION "0.1.0"
-#endif
+// SANDBOX_VERSION comes from the build (the project's version in CMake).
 
 namespace {
 
