@@ -139,6 +139,9 @@ struct BenchEnv {
   std::string root;
   std::string setup_error;  // non-empty: every sandbox benchmark skips with it
   std::unique_ptr<sandbox::Sandbox> box;
+  // The same backend containing each command in a PID namespace (as the
+  // agent does inside the isolated backends); null where that cannot work.
+  std::unique_ptr<sandbox::Sandbox> pidns_box;
   std::unique_ptr<sandbox::Session> session;
   std::size_t output_cap = 0;  // the default per-stream capture cap
   std::string file_data;       // contents of read.bin and of every write
@@ -187,6 +190,8 @@ void SetUpEnv(BenchEnv& env) {
     return;
   }
   env.box = std::move(*box);
+  options.containment = sandbox::LocalOptions::Containment::kPidNamespace;
+  if (auto pidns = sandbox::NewLocalSandbox(options)) env.pidns_box = std::move(*pidns);
   auto* sessioner = sandbox::As<sandbox::Sessioner>(*env.box);
   if (!sessioner) {
     env.setup_error = "the local sandbox does not implement Sessioner";
@@ -205,6 +210,8 @@ void TearDownEnv(BenchEnv& env) {
   env.session.reset();
   if (env.box) (void)env.box->Close();
   env.box.reset();
+  if (env.pidns_box) (void)env.pidns_box->Close();
+  env.pidns_box.reset();
   if (!env.root.empty()) {
     std::error_code ignored;
     std::filesystem::remove_all(env.root, ignored);
@@ -243,17 +250,32 @@ void BM_RawSpawnTrue(benchmark::State& state) {
   }
 }
 
-void BM_SandboxExecTrue(benchmark::State& state) {
-  if (!EnvReady(state)) return;
+void ExecTrueLoop(benchmark::State& state, sandbox::Sandbox& box) {
   const sandbox::Command cmd{.path = "/bin/true"};
   const sandbox::Context ctx;
   for (auto _ : state) {
-    auto result = g_env->box->Exec(ctx, cmd);
+    auto result = box.Exec(ctx, cmd);
     if (std::string why = CheckSilentSuccess(result); !why.empty()) {
       state.SkipWithError((cmd.path + ": " + why).c_str());
       break;
     }
   }
+}
+
+void BM_SandboxExecTrue(benchmark::State& state) {
+  if (!EnvReady(state)) return;
+  ExecTrueLoop(state, *g_env->box);
+}
+
+// Exec with PID-namespace containment: a fork-style clone of an init, which
+// then vforks the command.
+void BM_SandboxExecTruePidns(benchmark::State& state) {
+  if (!EnvReady(state)) return;
+  if (!g_env->pidns_box) {
+    state.SkipWithError("cannot create PID namespaces here");
+    return;
+  }
+  ExecTrueLoop(state, *g_env->pidns_box);
 }
 
 // The same pair measured so that load swings cannot tilt it: every iteration
@@ -559,6 +581,7 @@ void BM_SandboxExecFlood1G(benchmark::State& state) {
 
 BENCHMARK(BM_RawSpawnTrue)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SandboxExecTrue)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SandboxExecTruePidns)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_ExecTruePaired)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SessionBuiltinTrue)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SessionExternalTrue)->UseRealTime()->Unit(benchmark::kMicrosecond);
@@ -589,6 +612,8 @@ struct TimeRow {
 
 constexpr TimeRow kTimeRows[] = {
     {"Exec /bin/true", "BM_SandboxExecTrue", "posix_spawn+waitpid", "BM_RawSpawnTrue", 1.3},
+    {"Exec /bin/true, PID-ns containment", "BM_SandboxExecTruePidns", "Exec /bin/true (cgroup)",
+     "BM_SandboxExecTrue", 0},
     {"Session `true` (builtin)", "BM_SessionBuiltinTrue", "Exec /bin/true", "BM_SandboxExecTrue",
      2.0},
     {"Session /bin/true", "BM_SessionExternalTrue", "Exec /bin/true", "BM_SandboxExecTrue", 0},

@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "os/tree.h"
 #include "sandbox/local.h"
 
 namespace sandbox::testing {
@@ -18,6 +19,22 @@ const std::vector<BackendUnderTest>& AllBackends() {
             options.root = workspace;
             return NewLocalSandbox(options);
           },
+      },
+      {
+          // The local backend containing each command in its own PID
+          // namespace, as the agent does inside every isolated backend.
+          "local_pidns",
+          [] {
+            auto can = os::CanCreatePidNamespace();
+            return can ? std::string() : can.error().message();
+          },
+          [](const std::string& workspace) {
+            LocalOptions options;
+            options.root = workspace;
+            options.containment = LocalOptions::Containment::kPidNamespace;
+            return NewLocalSandbox(options);
+          },
+          "local",
       },
   };
   return backends;

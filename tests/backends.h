@@ -19,6 +19,11 @@ struct BackendUnderTest {
   std::function<std::string()> unavailable_reason;
   // Creates a sandbox whose root is the host directory `workspace`.
   std::function<Expected<std::unique_ptr<Sandbox>>(const std::string& workspace)> make;
+  // What GetCapabilities().backend reports, when it is not `name` (a variant
+  // of a backend under test, such as local_pidns).
+  std::string reports_as;
+
+  const std::string& reported_name() const { return reports_as.empty() ? name : reports_as; }
 };
 
 // Every backend the project has, in order of isolation.

@@ -308,7 +308,7 @@ TEST_P(ConformanceTest, ManyThreadsExecAtOnce) {
 
 TEST_P(ConformanceTest, CapabilitiesAndRequire) {
   Capabilities caps = sb().GetCapabilities();
-  EXPECT_EQ(caps.backend, GetParam());
+  EXPECT_EQ(caps.backend, FindBackend(GetParam()).reported_name());
   EXPECT_TRUE(Require(sb(), Isolation::None));
   EXPECT_TRUE(Require(sb(), caps.isolation));
   if (caps.isolation < Isolation::VM) {

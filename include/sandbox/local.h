@@ -37,12 +37,23 @@ struct LocalOptions {
   std::vector<std::string> base_env;
   // Shell used by sessions (must accept `-s` and POSIX syntax).
   std::string session_shell = "/bin/sh";
+
+  // How the process tree of each command is contained, so that everything
+  // it starts (setsid'd and double-forked descendants too) dies at once.
+  enum class Containment {
+    kAuto,          // a cgroup v2 where one is writable here, else a PID namespace
+    kCgroup,        // a cgroup v2 per command (a writable cgroup v2 with cgroup.kill)
+    kPidNamespace,  // a PID namespace per command under a reaping init
+                    // (CAP_SYS_ADMIN in this process's user namespace)
+  };
+  Containment containment = Containment::kAuto;
 };
 
 // Creates a local sandbox (Isolation::None). It implements every optional
 // capability: Appender, DirectoryMaker, LimitedReader, ProcessHost,
 // Sessioner and WorkdirReporter. Fails with Unsupported on a kernel without
-// openat2 (Linux < 5.6).
+// openat2 (Linux < 5.6), or when no containment for process trees works here
+// (the message says why).
 Expected<std::unique_ptr<Sandbox>> NewLocalSandbox(const LocalOptions& options);
 
 }  // namespace sandbox

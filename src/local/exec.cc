@@ -29,22 +29,22 @@ std::string LookupEnv(const std::vector<std::string>& env, std::string_view key)
 
 }  // namespace
 
-Status LiveTrees::Add(const os::CgroupLease* lease) {
+Status LiveTrees::Add(const os::ProcessTree* tree) {
   std::lock_guard lock(mu_);
   if (closed_) return Fail(Error::Code::Unavailable, "the sandbox is closed");
-  leases_.insert(lease);
+  trees_.insert(tree);
   return {};
 }
 
-void LiveTrees::Remove(const os::CgroupLease* lease) {
+void LiveTrees::Remove(const os::ProcessTree* tree) {
   std::lock_guard lock(mu_);
-  leases_.erase(lease);
+  trees_.erase(tree);
 }
 
 void LiveTrees::CloseAll() {
   std::lock_guard lock(mu_);
   closed_ = true;
-  for (const os::CgroupLease* lease : leases_) (void)lease->Kill();
+  for (const os::ProcessTree* tree : trees_) (void)tree->Kill();
 }
 
 bool LiveTrees::closed() const {
@@ -153,10 +153,10 @@ Expected<Result> RunToCompletion(const ExecConfig& config, const Context& ctx, c
   if (!prepared) return Fail(prepared.error());
   if (prepared->not_found) return std::move(*prepared->not_found);
 
-  auto lease = config.cgroups->Acquire();
-  if (!lease) return Fail(lease.error());
-  SANDBOX_RETURN_IF_ERROR(config.trees->Add(&*lease));
-  LiveTreeGuard guard(*config.trees, &*lease);
+  auto tree = os::ProcessTree::Create(config.tree_source);
+  if (!tree) return Fail(tree.error());
+  SANDBOX_RETURN_IF_ERROR(config.trees->Add(tree->get()));
+  LiveTreeGuard guard(*config.trees, tree->get());
 
   // Only our ends are non-blocking: O_NONBLOCK on the child's ends would
   // make a command's writes fail with EAGAIN when the pipe is full.
@@ -179,11 +179,10 @@ Expected<Result> RunToCompletion(const ExecConfig& config, const Context& ctx, c
   spec.stdin_fd = in->read.get();
   spec.stdout_fd = out->write.get();
   spec.stderr_fd = err->write.get();
-  spec.cgroup_procs_fd = lease->procs_fd();
 
   auto start = std::chrono::steady_clock::now();
   os::ExecFailure failure{};
-  auto child = os::Spawn(spec, &failure);
+  auto child = (*tree)->Spawn(std::move(spec), &failure);
   if (!child) {
     if (failure.step && std::string_view(failure.step) == "execve")
       return ExecFailureResult(cmd.path, failure.err);
@@ -212,12 +211,12 @@ Expected<Result> RunToCompletion(const ExecConfig& config, const Context& ctx, c
     if (!deadline || by_timeout < *deadline) deadline = by_timeout;
   }
   pump.deadline = deadline;
-  const os::CgroupLease* tree = &*lease;
-  pump.kill_tree = [tree] { (void)tree->Kill(); };
+  const os::ProcessTree* live = tree->get();
+  pump.kill_tree = [live] { (void)live->Kill(); };
 
   auto outcome = os::Pump(pump);
   if (!outcome) {
-    (void)lease->Kill();
+    (void)live->Kill();
     return Fail(outcome.error());
   }
   auto status = child->Wait();

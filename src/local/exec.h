@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "local/files.h"
-#include "os/cgroup.h"
+#include "os/tree.h"
 #include "os/unique_fd.h"
 #include "sandbox/sandbox.h"
 
@@ -26,8 +26,8 @@ namespace sandbox::local {
 class LiveTrees {
  public:
   // Registers a tree; Unavailable once the sandbox is closed.
-  Status Add(const os::CgroupLease* lease);
-  void Remove(const os::CgroupLease* lease);
+  Status Add(const os::ProcessTree* tree);
+  void Remove(const os::ProcessTree* tree);
   // Kills every registered tree and refuses new ones.
   void CloseAll();
   bool closed() const;
@@ -35,20 +35,20 @@ class LiveTrees {
  private:
   mutable std::mutex mu_;
   bool closed_ = false;
-  std::set<const os::CgroupLease*> leases_;
+  std::set<const os::ProcessTree*> trees_;
 };
 
-// Registers a lease for its lifetime.
+// Registers a tree for its lifetime.
 class LiveTreeGuard {
  public:
-  LiveTreeGuard(LiveTrees& trees, const os::CgroupLease* lease) : trees_(&trees), lease_(lease) {}
+  LiveTreeGuard(LiveTrees& trees, const os::ProcessTree* tree) : trees_(&trees), tree_(tree) {}
   LiveTreeGuard(const LiveTreeGuard&) = delete;
   LiveTreeGuard& operator=(const LiveTreeGuard&) = delete;
-  ~LiveTreeGuard() { trees_->Remove(lease_); }
+  ~LiveTreeGuard() { trees_->Remove(tree_); }
 
  private:
   LiveTrees* trees_;
-  const os::CgroupLease* lease_;
+  const os::ProcessTree* tree_;
 };
 
 // What every command of one sandbox shares.
@@ -57,7 +57,7 @@ struct ExecConfig {
   std::vector<std::string> base_env;  // the complete base environment
   std::size_t output_limit = 1 << 20;
   std::chrono::milliseconds drain_grace{1000};
-  std::shared_ptr<os::CgroupPool> cgroups;
+  os::TreeSource tree_source;  // how each command's process tree is contained
   LiveTrees* trees = nullptr;
 };
 

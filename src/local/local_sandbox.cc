@@ -4,7 +4,7 @@
 #include "local/files.h"
 #include "local/process.h"
 #include "local/session.h"
-#include "os/cgroup.h"
+#include "os/tree.h"
 #include "os/syscalls.h"
 #include "sandbox/local.h"
 
@@ -127,11 +127,15 @@ Expected<std::unique_ptr<Sandbox>> NewLocalSandbox(const LocalOptions& options) 
     return Fail(Error::Code::InvalidArgument, "output_limit must be positive");
   auto files = local::FileSystem::Open(options.root, options.workdir, options.max_read_bytes);
   if (!files) return Fail(files.error());
-  auto cgroups = os::CgroupPool::Shared();
-  if (!cgroups)
+  std::optional<os::Containment> prefer;
+  if (options.containment == LocalOptions::Containment::kCgroup) prefer = os::Containment::kCgroup;
+  if (options.containment == LocalOptions::Containment::kPidNamespace)
+    prefer = os::Containment::kPidNamespace;
+  auto tree_source = os::ChooseTreeSource(prefer);
+  if (!tree_source)
     return Fail(Error::Code::Unsupported,
-                "the local backend contains every command's process tree in a cgroup, but " +
-                    cgroups.error().message());
+                "the local backend must be able to kill every command's whole process tree: " +
+                    tree_source.error().message());
 
   auto state = std::make_shared<LocalState>(std::move(*files));
   state->config.files = &state->files;
@@ -139,7 +143,7 @@ Expected<std::unique_ptr<Sandbox>> NewLocalSandbox(const LocalOptions& options) 
   state->config.base_env = local::BuildBaseEnv(options.env_allow, options.base_env);
   state->config.output_limit = options.output_limit;
   state->config.drain_grace = options.drain_grace;
-  state->config.cgroups = std::move(*cgroups);
+  state->config.tree_source = std::move(*tree_source);
   return std::unique_ptr<Sandbox>(std::make_unique<LocalSandbox>(std::move(state), options));
 }
 

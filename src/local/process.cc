@@ -78,10 +78,10 @@ class Ring {
 
 class LocalProcess final : public Process {
  public:
-  LocalProcess(std::unique_ptr<os::CgroupLease> lease, std::shared_ptr<const ExecConfig> config,
+  LocalProcess(std::unique_ptr<os::ProcessTree> tree, std::shared_ptr<const ExecConfig> config,
                os::Child child, os::UniqueFd stdin_fd, os::UniqueFd stdout_fd,
                os::UniqueFd stderr_fd, os::UniqueFd stop_fd, std::size_t ring_bytes)
-      : lease_(std::move(lease)),
+      : tree_(std::move(tree)),
         config_(std::move(config)),
         child_(std::move(child)),
         stdin_(std::move(stdin_fd)),
@@ -98,7 +98,7 @@ class LocalProcess final : public Process {
     std::uint64_t one = 1;
     (void)::write(stop_fd_.get(), &one, sizeof one);
     if (stderr_thread_.joinable()) stderr_thread_.join();
-    config_->trees->Remove(lease_.get());
+    config_->trees->Remove(tree_.get());
   }
 
   Writer& Stdin() override { return stdin_; }
@@ -121,7 +121,7 @@ class LocalProcess final : public Process {
     return Fail(*wait_error_);
   }
 
-  Status Kill() override { return lease_->Kill(); }
+  Status Kill() override { return tree_->Kill(); }
 
  private:
   // Reads what the stderr pipe holds right now (it is non-blocking) into the
@@ -156,7 +156,7 @@ class LocalProcess final : public Process {
     }
   }
 
-  std::unique_ptr<os::CgroupLease> lease_;  // heap-held: LiveTrees keys on its address
+  std::unique_ptr<os::ProcessTree> tree_;  // LiveTrees keys on its address
   std::shared_ptr<const ExecConfig> config_;
   os::Child child_;
   PipeWriter stdin_;
@@ -184,9 +184,8 @@ Expected<std::unique_ptr<Process>> StartLocalProcess(std::shared_ptr<const ExecC
   if (prepared->not_found)
     return Fail(Error::Code::NotFound, "cannot start '" + cmd.path + "': command not found");
 
-  auto acquired = config->cgroups->Acquire();
-  if (!acquired) return Fail(acquired.error());
-  auto lease = std::make_unique<os::CgroupLease>(std::move(*acquired));
+  auto tree = os::ProcessTree::Create(config->tree_source);
+  if (!tree) return Fail(tree.error());
   auto in = os::MakePipe();
   auto out = os::MakePipe();
   auto err = os::MakePipe();
@@ -205,14 +204,13 @@ Expected<std::unique_ptr<Process>> StartLocalProcess(std::shared_ptr<const ExecC
   spec.stdin_fd = in->read.get();
   spec.stdout_fd = out->write.get();
   spec.stderr_fd = err->write.get();
-  spec.cgroup_procs_fd = lease->procs_fd();
-  SANDBOX_RETURN_IF_ERROR(config->trees->Add(lease.get()));
-  auto child = os::Spawn(spec);
+  SANDBOX_RETURN_IF_ERROR(config->trees->Add(tree->get()));
+  auto child = (*tree)->Spawn(std::move(spec));
   if (!child) {
-    config->trees->Remove(lease.get());
+    config->trees->Remove(tree->get());
     return Fail(child.error().code(), "cannot start '" + cmd.path + "': " + child.error().message());
   }
-  auto process = std::make_unique<LocalProcess>(std::move(lease), config, std::move(*child),
+  auto process = std::make_unique<LocalProcess>(std::move(*tree), config, std::move(*child),
                                                 std::move(in->write), std::move(out->read),
                                                 std::move(err->read), std::move(*stop),
                                                 stderr_ring_bytes);

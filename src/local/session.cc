@@ -56,10 +56,10 @@ bool IsSpecialBuiltin(std::string_view word) {
 
 class LocalSession final : public Session {
  public:
-  LocalSession(std::shared_ptr<const ExecConfig> config, std::unique_ptr<os::CgroupLease> lease, os::Child shell,
+  LocalSession(std::shared_ptr<const ExecConfig> config, std::unique_ptr<os::ProcessTree> tree, os::Child shell,
                os::UniqueFd control, os::UniqueFd status, std::string private_dir)
       : config_(std::move(config)),
-        lease_(std::move(lease)),
+        tree_(std::move(tree)),
         shell_(std::move(shell)),
         control_(std::move(control)),
         status_(std::move(status)),
@@ -80,12 +80,12 @@ class LocalSession final : public Session {
 
  private:
   void Shutdown() {
-    if (lease_) {
-      lease_->KillAndWait(1000);
+    if (tree_) {
+      tree_->KillAndWait(1000);
       (void)shell_.Kill();
       (void)shell_.Wait();
-      config_->trees->Remove(lease_.get());
-      lease_.reset();
+      config_->trees->Remove(tree_.get());
+      tree_.reset();
     }
     control_.reset();
     status_.reset();
@@ -111,7 +111,7 @@ class LocalSession final : public Session {
 
   std::shared_ptr<const ExecConfig> config_;
   std::mutex mu_;
-  std::unique_ptr<os::CgroupLease> lease_;
+  std::unique_ptr<os::ProcessTree> tree_;
   os::Child shell_;
   os::UniqueFd control_;
   os::UniqueFd status_;
@@ -298,7 +298,7 @@ Expected<Result> LocalSession::Exec(const Context& ctx, const Command& cmd) {
     if (ready == 0 && !done_waiting && deadline && Clock::now() >= *deadline) {
       timed_out = true;
       finished = Clock::now();
-      (void)lease_->Kill();
+      (void)tree_->Kill();
       settle_deadline = Clock::now() + config_->drain_grace;
       continue;
     }
@@ -341,13 +341,13 @@ Expected<Result> LocalSession::Exec(const Context& ctx, const Command& cmd) {
           shell_exit = status ? *status : ExitStatus{-1, std::nullopt};
           finished = Clock::now();
           settle_deadline = finished + config_->drain_grace;
-          (void)lease_->Kill();
+          (void)tree_->Kill();
           break;
         }
         case 4:
           timed_out = true;
           finished = Clock::now();
-          (void)lease_->Kill();
+          (void)tree_->Kill();
           settle_deadline = Clock::now() + config_->drain_grace;
           break;
       }
@@ -424,10 +424,9 @@ Expected<std::unique_ptr<Session>> StartLocalSession(std::shared_ptr<const ExecC
   // The shell must block on its reads; only our end of status is non-blocking.
   SANDBOX_RETURN_IF_ERROR(os::SetNonBlocking(status->write.get(), false));
 
-  auto acquired = config->cgroups->Acquire();
-  if (!acquired) return Fail(acquired.error());
-  auto lease = std::make_unique<os::CgroupLease>(std::move(*acquired));
-  SANDBOX_RETURN_IF_ERROR(config->trees->Add(lease.get()));
+  auto tree = os::ProcessTree::Create(config->tree_source);
+  if (!tree) return Fail(tree.error());
+  SANDBOX_RETURN_IF_ERROR(config->trees->Add(tree->get()));
 
   os::SpawnSpec spec;
   spec.exec_path = shell;
@@ -438,14 +437,13 @@ Expected<std::unique_ptr<Session>> StartLocalSession(std::shared_ptr<const ExecC
   spec.stdout_fd = null_fd.get();
   spec.stderr_fd = null_fd.get();
   spec.extra_fd = status->write.get();
-  spec.cgroup_procs_fd = lease->procs_fd();
-  auto child = os::Spawn(spec);
+  auto child = (*tree)->Spawn(std::move(spec));
   if (!child) {
-    config->trees->Remove(lease.get());
+    config->trees->Remove(tree->get());
     return Fail(Error::Code::Unavailable,
                 "cannot start the session shell " + shell + ": " + child.error().message());
   }
-  auto session = std::make_unique<LocalSession>(std::move(config), std::move(lease), std::move(*child),
+  auto session = std::make_unique<LocalSession>(std::move(config), std::move(*tree), std::move(*child),
                                                 std::move(control->write), std::move(status->read),
                                                 private_dir);
   private_dir.clear();

@@ -3,16 +3,33 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <new>
 
 #include "os/syscalls.h"
 
 namespace sandbox::os {
+namespace {
+
+}  // namespace
+
+// Filled in by a PID-namespace init in a MAP_SHARED page; read by the parent
+// after the ready pipe hangs up (failure) or after the init was reaped.
+struct InitReport {
+  int started;              // 1 once the command runs and the init holds no fd
+  int failed_errno;
+  const char* failed_step;  // a string literal: same address in the init's copy
+  int reported;             // 1 once wait_code/wait_status hold the command's status
+  int wait_code;            // siginfo_t::si_code of the command's exit
+  int wait_status;          // siginfo_t::si_status
+};
+
 namespace {
 
 // Everything the vfork child touches, prepared by the parent: the child may
@@ -79,6 +96,49 @@ bool MoveFd(int from, int to) {
   ChildFail(plan, "execve");
 }
 
+// Runs in the init of a new PID namespace: a fork-style copy of the parent
+// (only the calling thread exists), so again raw calls only, and every signal
+// stays blocked. Starts the command with vfork, tells the parent that the
+// exec happened (or failed) by closing every fd, its copy of the ready pipe
+// among them, then reaps every process of the namespace until the command
+// exits and records its status. Its exit makes the kernel kill whatever is
+// left in the namespace.
+[[noreturn]] void RunInit(ChildPlan* plan, InitReport* report) {
+  pid_t command = vfork();
+  if (command == 0) RunChild(plan);
+  if (command < 0) {
+    plan->failed_errno = errno;
+    plan->failed_step = "vfork";
+  }
+  if (plan->failed_step != nullptr) {
+    report->failed_errno = plan->failed_errno;
+    report->failed_step = plan->failed_step;
+    _exit(127);  // the parent reads the failure once the pipe hangs up
+  }
+  // Nothing of the parent's stays open in the init: a pipe end held here
+  // would keep a reader of the command's output from ever seeing EOF. Closed
+  // before the parent hears that the command runs, so Spawn returns with the
+  // init holding no fd at all.
+  // The parent reads the ready pipe to its end: it returns only once every
+  // fd here is closed, the ready pipe last.
+  report->started = 1;
+  syscall(SYS_close_range, 0, ~0U, 0);
+  for (;;) {
+    siginfo_t info;
+    std::memset(&info, 0, sizeof info);
+    if (waitid(P_ALL, 0, &info, WEXITED) < 0) {
+      if (errno == EINTR) continue;
+      _exit(0);  // ECHILD: cannot happen while the command lives
+    }
+    if (info.si_pid == command) {
+      report->wait_code = info.si_code;
+      report->wait_status = info.si_status;
+      report->reported = 1;
+      _exit(0);
+    }
+  }
+}
+
 std::vector<char*> CStrings(const std::vector<std::string>& strings) {
   std::vector<char*> out;
   out.reserve(strings.size() + 1);
@@ -92,6 +152,7 @@ std::vector<char*> CStrings(const std::vector<std::string>& strings) {
 Child::Child(Child&& other) noexcept
     : pid_(std::exchange(other.pid_, -1)),
       pidfd_(std::move(other.pidfd_)),
+      report_(std::exchange(other.report_, nullptr)),
       status_(std::move(other.status_)) {}
 
 Child& Child::operator=(Child&& other) noexcept {
@@ -99,6 +160,7 @@ Child& Child::operator=(Child&& other) noexcept {
     this->~Child();
     pid_ = std::exchange(other.pid_, -1);
     pidfd_ = std::move(other.pidfd_);
+    report_ = std::exchange(other.report_, nullptr);
     status_ = std::move(other.status_);
   }
   return *this;
@@ -109,6 +171,21 @@ Child::~Child() {
     (void)Kill();
     (void)Wait();
   }
+  Unmap();
+}
+
+void Child::Unmap() {
+  if (report_ != nullptr) munmap(report_, sizeof(InitReport));
+  report_ = nullptr;
+}
+
+// The status of the child, or for a PID-namespace init the status of its
+// command when the init recorded one (otherwise the init was killed, and so
+// was the command: its own status).
+ExitStatus Child::Decode(const siginfo_t& info) const {
+  if (report_ != nullptr && report_->reported)
+    return DecodeWaitStatus(report_->wait_code, report_->wait_status);
+  return DecodeWaitStatus(info.si_code, info.si_status);
 }
 
 ExitStatus DecodeWaitStatus(int code, int status) {
@@ -125,7 +202,7 @@ Expected<ExitStatus> Child::Wait() {
     if (waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED) == 0) break;
     if (errno != EINTR) return Fail(ErrnoError(errno, "waitid", std::to_string(pid_)));
   }
-  status_ = DecodeWaitStatus(info.si_code, info.si_status);
+  status_ = Decode(info);
   return *status_;
 }
 
@@ -138,7 +215,7 @@ Expected<std::optional<ExitStatus>> Child::TryWait() {
     return Fail(ErrnoError(errno, "waitid", std::to_string(pid_)));
   }
   if (info.si_pid == 0) return std::optional<ExitStatus>();
-  status_ = DecodeWaitStatus(info.si_code, info.si_status);
+  status_ = Decode(info);
   return status_;
 }
 
@@ -146,6 +223,61 @@ Status Child::Kill() const {
   if (pid_ <= 0 || status_) return {};
   return PidfdSendSignal(pidfd_.get(), SIGKILL);
 }
+
+namespace {
+
+void ReapQuietly(pid_t pid) {
+  int status;
+  while (waitpid(pid, &status, __WALL) < 0 && errno == EINTR) {
+  }
+}
+
+Expected<Child> SpawnInNewPidNamespace(const SpawnSpec& spec, ChildPlan& plan,
+                                       ExecFailure* failure) {
+  void* page = mmap(nullptr, sizeof(InitReport), PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) return Fail(ErrnoError(errno, "mmap"));
+  auto* report = new (page) InitReport{};
+  struct ReportGuard {
+    InitReport* report;
+    ~ReportGuard() {
+      if (report) munmap(report, sizeof(InitReport));
+    }
+  } guard{report};
+  auto ready = MakePipe();
+  if (!ready) return Fail(ready.error());
+
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int pidfd = -1;
+  long pid = syscall(SYS_clone, CLONE_NEWPID | CLONE_PIDFD | SIGCHLD, nullptr, &pidfd, nullptr,
+                     nullptr);
+  if (pid == 0) RunInit(&plan, report);
+  int clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return Fail(ErrnoError(clone_errno, "clone(CLONE_NEWPID)"));
+  UniqueFd owned_pidfd(pidfd);
+  ready->write.reset();
+
+  // The init writes nothing: end of file says it has closed every fd.
+  char byte;
+  long n;
+  while ((n = ::read(ready->read.get(), &byte, 1)) < 0 && errno == EINTR) {
+  }
+  if (!report->started) {
+    // The init exited before the command was running.
+    ReapQuietly(static_cast<pid_t>(pid));
+    int err = report->failed_step != nullptr ? report->failed_errno : ECHILD;
+    const char* step = report->failed_step != nullptr ? report->failed_step : "init";
+    if (failure) *failure = ExecFailure{err, step};
+    return Fail(ErrnoError(err, step, spec.exec_path));
+  }
+  guard.report = nullptr;
+  return Child(static_cast<pid_t>(pid), std::move(owned_pidfd), report);
+}
+
+}  // namespace
 
 Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure) {
   std::vector<char*> argv = CStrings(spec.argv);
@@ -163,6 +295,7 @@ Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure) {
   plan.new_session = spec.new_session;
   plan.failed_errno = 0;
   plan.failed_step = nullptr;
+  if (spec.new_pid_namespace) return SpawnInNewPidNamespace(spec, plan, failure);
 
   // Block every signal in this thread across vfork so no handler runs in the
   // child while it shares our memory; the child resets dispositions and

@@ -3,6 +3,7 @@
 #ifndef SANDBOX_OS_SPAWN_H_
 #define SANDBOX_OS_SPAWN_H_
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <optional>
@@ -27,7 +28,18 @@ struct SpawnSpec {
   int extra_fd = -1;               // if >= 0, becomes fd 3 of the child
   int cgroup_procs_fd = -1;        // the child writes "0" here before exec
   bool new_session = true;         // setsid(): no controlling terminal
+  // Start the command as PID 2 of a new PID namespace under a small init
+  // (PID 1) that reaps every orphan and reports the command's wait status.
+  // When the command exits, the init exits and the kernel kills everything
+  // left in the namespace; SIGKILL to the returned Child (the init) kills
+  // the whole tree at once. Needs CAP_SYS_ADMIN in the caller's user
+  // namespace.
+  bool new_pid_namespace = false;
 };
+
+// Where a PID-namespace init leaves the command's wait status: one shared
+// anonymous page, mapped before clone and unmapped by its owner.
+struct InitReport;
 
 // A spawned child: owns its pid (reaped exactly once) and a pidfd. If
 // destroyed before Wait, it is SIGKILLed and reaped.
@@ -35,6 +47,10 @@ class Child {
  public:
   Child() = default;
   Child(pid_t pid, UniqueFd pidfd) : pid_(pid), pidfd_(std::move(pidfd)) {}
+  // A PID-namespace init whose command's status arrives through `report`
+  // (owned: unmapped on destruction).
+  Child(pid_t pid, UniqueFd pidfd, InitReport* report)
+      : pid_(pid), pidfd_(std::move(pidfd)), report_(report) {}
   Child(Child&& other) noexcept;
   Child& operator=(Child&& other) noexcept;
   Child(const Child&) = delete;
@@ -50,12 +66,16 @@ class Child {
   Expected<ExitStatus> Wait();
   // Reaps if the child has exited; nullopt while it runs.
   Expected<std::optional<ExitStatus>> TryWait();
-  // SIGKILLs the child itself (not its descendants).
+  // SIGKILLs the child itself (for a PID-namespace init: the whole tree).
   Status Kill() const;
 
  private:
+  ExitStatus Decode(const siginfo_t& info) const;
+  void Unmap();
+
   pid_t pid_ = -1;
   UniqueFd pidfd_;
+  InitReport* report_ = nullptr;
   std::optional<ExitStatus> status_;
 };
 
