@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "sandbox/local.h"
+#include "sandbox/namespace.h"
 #include "sandbox/sandbox.h"
 
 extern char** environ;
@@ -142,6 +143,10 @@ struct BenchEnv {
   // The same backend containing each command in a PID namespace (as the
   // agent does inside the isolated backends); null where that cannot work.
   std::unique_ptr<sandbox::Sandbox> pidns_box;
+  // A live namespace sandbox over the same root; null (with the reason in
+  // namespace_error) where that backend cannot run.
+  std::unique_ptr<sandbox::Sandbox> namespace_box;
+  std::string namespace_error;
   std::unique_ptr<sandbox::Session> session;
   std::size_t output_cap = 0;  // the default per-stream capture cap
   std::string file_data;       // contents of read.bin and of every write
@@ -165,6 +170,13 @@ bool WriteHostFile(const std::string& path, std::string_view data) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(data.data(), static_cast<std::streamsize>(data.size()));
   return static_cast<bool>(out);
+}
+
+sandbox::NamespaceOptions NamespaceOptionsFor(const std::string& root) {
+  sandbox::NamespaceOptions options;
+  options.workspace = root;
+  options.agent_path = SANDBOX_AGENT_PATH;
+  return options;
 }
 
 void SetUpEnv(BenchEnv& env) {
@@ -192,6 +204,11 @@ void SetUpEnv(BenchEnv& env) {
   env.box = std::move(*box);
   options.containment = sandbox::LocalOptions::Containment::kPidNamespace;
   if (auto pidns = sandbox::NewLocalSandbox(options)) env.pidns_box = std::move(*pidns);
+  if (auto ns = sandbox::NewNamespaceSandbox(NamespaceOptionsFor(env.root))) {
+    env.namespace_box = std::move(*ns);
+  } else {
+    env.namespace_error = "NewNamespaceSandbox: " + ns.error().ToString();
+  }
   auto* sessioner = sandbox::As<sandbox::Sessioner>(*env.box);
   if (!sessioner) {
     env.setup_error = "the local sandbox does not implement Sessioner";
@@ -212,6 +229,8 @@ void TearDownEnv(BenchEnv& env) {
   env.box.reset();
   if (env.pidns_box) (void)env.pidns_box->Close();
   env.pidns_box.reset();
+  if (env.namespace_box) (void)env.namespace_box->Close();
+  env.namespace_box.reset();
   if (!env.root.empty()) {
     std::error_code ignored;
     std::filesystem::remove_all(env.root, ignored);
@@ -597,6 +616,138 @@ BENCHMARK(BM_SandboxExecFlood1G)
     ->ComputeStatistics("max", MaxOf);
 
 // ---------------------------------------------------------------------------
+// The namespace backend, against the same local Exec and against peers that
+// build a comparable boundary per command: bwrap and unshare(1).
+
+bool NamespaceReady(benchmark::State& state) {
+  if (!EnvReady(state)) return false;
+  if (g_env->namespace_box) return true;
+  state.SkipWithError(g_env->namespace_error.c_str());
+  return false;
+}
+
+void BM_NamespaceExecTrue(benchmark::State& state) {
+  if (!NamespaceReady(state)) return;
+  ExecTrueLoop(state, *g_env->namespace_box);
+}
+
+// Create a sandbox, get the result of one Exec, close it.
+void BM_NamespaceCreateFirstExec(benchmark::State& state) {
+  if (!NamespaceReady(state)) return;
+  const sandbox::Command cmd{.path = "/bin/true"};
+  for (auto _ : state) {
+    auto box = sandbox::NewNamespaceSandbox(NamespaceOptionsFor(g_env->root));
+    if (!box) {
+      state.SkipWithError(box.error().ToString().c_str());
+      break;
+    }
+    auto result = (*box)->Exec({}, cmd);
+    if (std::string why = CheckSilentSuccess(result); !why.empty()) {
+      state.SkipWithError(why.c_str());
+      break;
+    }
+    (void)(*box)->Close();
+  }
+}
+
+// Runs a peer's command line once per iteration.
+void RunPeer(benchmark::State& state, std::vector<std::string> args) {
+  if (access(args[0].c_str(), X_OK) != 0) {
+    state.SkipWithError((args[0] + " is not installed (apt-get install bubblewrap)").c_str());
+    return;
+  }
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  for (auto _ : state) {
+    int status = SpawnAndWait(argv[0], argv.data());
+    if (status < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      state.SkipWithError((args[0] + ": " + DescribeWaitStatus(status)).c_str());
+      break;
+    }
+  }
+}
+
+// bwrap with every namespace, a read-only /usr, fresh /proc, /dev and /tmp,
+// and the workspace: about what the namespace backend builds.
+void BM_BwrapTrue(benchmark::State& state) {
+  if (!EnvReady(state)) return;
+  RunPeer(state, {"/usr/bin/bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/usr",
+                  "/usr", "--symlink", "usr/bin", "/bin", "--symlink", "usr/lib", "/lib",
+                  "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/sbin", "/sbin", "--proc",
+                  "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--bind", g_env->root,
+                  "/workspace", "--chdir", "/workspace", "/bin/true"});
+}
+
+// unshare(1) with every namespace and a fresh /proc, nothing else.
+void BM_UnshareTrue(benchmark::State& state) {
+  if (!EnvReady(state)) return;
+  RunPeer(state, {"/usr/bin/unshare", "--user", "--map-root-user", "--fork", "--pid", "--net",
+                  "--ipc", "--uts", "--mount", "--cgroup", "--mount-proc", "/bin/true"});
+}
+
+// Resident memory of the agents of the sandboxes this process runs: every
+// process named sandbox-agent whose parent is this process or another agent.
+double AgentRssBytes() {
+  std::map<std::string, std::pair<std::string, double>> agents;  // pid -> (ppid, rss)
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::string pid = entry.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "status");
+    std::string line, name, ppid;
+    double rss = 0;
+    while (std::getline(in, line)) {
+      if (line.rfind("Name:", 0) == 0) name = line.substr(line.find_first_not_of(" \t", 5));
+      if (line.rfind("PPid:", 0) == 0) ppid = line.substr(line.find_first_not_of(" \t", 5));
+      if (line.rfind("VmRSS:", 0) == 0) rss = std::atof(line.c_str() + 6) * 1024;
+    }
+    if (name == "sandbox-agent") agents[pid] = {ppid, rss};
+  }
+  std::string self = std::to_string(getpid());
+  double total = 0;
+  for (const auto& [pid, info] : agents)
+    if (info.first == self || agents.count(info.first)) total += info.second;
+  return total;
+}
+
+// 100 live namespace sandboxes at once, each having run one command: the
+// time to start them all and the agents' resident memory.
+void BM_Namespace100Live(benchmark::State& state) {
+  if (!NamespaceReady(state)) return;
+  constexpr int kSandboxes = 100;
+  double rss_per_agent = 0;
+  for (auto _ : state) {
+    double before = AgentRssBytes();
+    std::vector<std::unique_ptr<sandbox::Sandbox>> boxes;
+    for (int i = 0; i < kSandboxes; ++i) {
+      auto box = sandbox::NewNamespaceSandbox(NamespaceOptionsFor(g_env->root));
+      if (!box) {
+        state.SkipWithError(box.error().ToString().c_str());
+        return;
+      }
+      auto result = (*box)->Exec({}, sandbox::Command{.path = "/bin/true"});
+      if (std::string why = CheckSilentSuccess(result); !why.empty()) {
+        state.SkipWithError(why.c_str());
+        return;
+      }
+      boxes.push_back(std::move(*box));
+    }
+    rss_per_agent = (AgentRssBytes() - before) / kSandboxes;
+    state.PauseTiming();
+    for (auto& box : boxes) (void)box->Close();
+    state.ResumeTiming();
+  }
+  state.counters["agent_rss_bytes"] = rss_per_agent;
+  state.counters["sandboxes"] = kSandboxes;
+}
+
+BENCHMARK(BM_NamespaceExecTrue)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_NamespaceCreateFirstExec)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_BwrapTrue)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_UnshareTrue)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Namespace100Live)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// ---------------------------------------------------------------------------
 // The ratio table.
 
 // One line of the table: a sandbox benchmark against its baseline. A time
@@ -614,6 +765,14 @@ constexpr TimeRow kTimeRows[] = {
     {"Exec /bin/true", "BM_SandboxExecTrue", "posix_spawn+waitpid", "BM_RawSpawnTrue", 1.3},
     {"Exec /bin/true, PID-ns containment", "BM_SandboxExecTruePidns", "Exec /bin/true (cgroup)",
      "BM_SandboxExecTrue", 0},
+    {"namespace Exec /bin/true", "BM_NamespaceExecTrue", "local Exec /bin/true",
+     "BM_SandboxExecTrue", 1.5},
+    {"namespace Exec /bin/true", "BM_NamespaceExecTrue", "bwrap per command", "BM_BwrapTrue",
+     1.0 / 3},
+    {"namespace create+1st Exec", "BM_NamespaceCreateFirstExec", "bwrap --unshare-all true",
+     "BM_BwrapTrue", 0},
+    {"namespace create+1st Exec", "BM_NamespaceCreateFirstExec", "unshare (all ns) true",
+     "BM_UnshareTrue", 0},
     {"Session `true` (builtin)", "BM_SessionBuiltinTrue", "Exec /bin/true", "BM_SandboxExecTrue",
      2.0},
     {"Session /bin/true", "BM_SessionExternalTrue", "Exec /bin/true", "BM_SandboxExecTrue", 0},
@@ -765,6 +924,41 @@ class RatioTableReporter final : public benchmark::ConsoleReporter {
     PrintPaired(out);
     PrintThroughput(out);
     PrintMemory(out);
+    PrintNamespace(out);
+  }
+
+  // The namespace backend's absolute goals: create -> first Exec <= 10 ms,
+  // agent resident memory <= 4 MiB, 100 live sandboxes.
+  void PrintNamespace(std::ostream& out) const {
+    out << "\nNamespace backend (absolute goals):\n";
+    char line[512];
+    const Summary* create = Find("BM_NamespaceCreateFirstExec");
+    if (std::string missing = Missing(create); missing.empty()) {
+      double seconds = *MedianSeconds(*create);
+      std::snprintf(line, sizeof line, "%-34s %12s  goal <= 10 ms  %s\n",
+                    "create -> first Exec result", FormatSeconds(seconds).c_str(),
+                    seconds <= 0.010 ? "yes" : "NO");
+    } else {
+      std::snprintf(line, sizeof line, "%-34s %s\n", "create -> first Exec result",
+                    missing.c_str());
+    }
+    out << line;
+    const Summary* live = Find("BM_Namespace100Live");
+    if (std::string missing = Missing(live); missing.empty()) {
+      const benchmark::UserCounters& counters =
+          live->max_counters.empty() ? MedianCounters(*live) : live->max_counters;
+      auto rss = Counter(counters, "agent_rss_bytes");
+      std::snprintf(line, sizeof line, "%-34s %12s  goal <= 4 MiB  %s\n",
+                    "agent resident memory (100 live)", rss ? FormatBytes(*rss).c_str() : "-",
+                    rss && *rss <= 4 * kMiB ? "yes" : "NO");
+      out << line;
+      std::snprintf(line, sizeof line, "%-34s %12s  (100 sandboxes, one Exec each)\n",
+                    "start 100 live sandboxes",
+                    MedianSeconds(*live) ? FormatSeconds(*MedianSeconds(*live)).c_str() : "-");
+    } else {
+      std::snprintf(line, sizeof line, "%-34s %s\n", "100 live sandboxes", missing.c_str());
+    }
+    out << line;
   }
 
   // The cross-check of the Exec pair, for information: the ratio of the two

@@ -1,13 +1,50 @@
 #include "backends.h"
 
+#include <sys/socket.h>
+
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "os/tree.h"
 #include "sandbox/local.h"
+#include "sandbox/namespace.h"
+#include "sandbox/remote.h"
 
 namespace sandbox::testing {
+namespace {
+
+// The wire protocol under the conformance suite: a RemoteSandbox over a
+// socketpair to Serve(LocalSandbox) on a thread of this process.
+Expected<std::unique_ptr<Sandbox>> NewLoopbackRemote(const std::string& workspace) {
+  LocalOptions local;
+  local.root = workspace;
+  auto inner = NewLocalSandbox(local);
+  if (!inner) return Fail(inner.error());
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0)
+    return Fail(Error::Code::Internal, "socketpair failed");
+  struct Agent {
+    std::unique_ptr<Sandbox> sandbox;
+    std::thread thread;
+    ~Agent() {
+      if (thread.joinable()) thread.join();  // Serve returns when the host's end closes
+    }
+  };
+  auto agent = std::make_shared<Agent>();
+  agent->sandbox = std::move(*inner);
+  agent->thread = std::thread([raw = agent.get(), fd = fds[1]] { (void)Serve(*raw->sandbox, fd, -1); });
+  RemoteOptions options;
+  options.read_fd = fds[0];
+  options.on_close = [agent]() -> Status {
+    if (agent->thread.joinable()) agent->thread.join();
+    return {};
+  };
+  return NewRemoteSandbox(std::move(options));
+}
+
+}  // namespace
 
 const std::vector<BackendUnderTest>& AllBackends() {
   static const std::vector<BackendUnderTest> backends = {
@@ -35,6 +72,22 @@ const std::vector<BackendUnderTest>& AllBackends() {
             return NewLocalSandbox(options);
           },
           "local",
+      },
+      {
+          "remote",
+          [] { return std::string(); },
+          [](const std::string& workspace) { return NewLoopbackRemote(workspace); },
+      },
+      {
+          // The agent as PID 1 of a namespace boundary, behind RemoteSandbox.
+          "namespace",
+          [] { return NamespaceUnavailableReason(); },
+          [](const std::string& workspace) {
+            NamespaceOptions options;
+            options.workspace = workspace;
+            options.agent_path = SANDBOX_AGENT_PATH;
+            return NewNamespaceSandbox(options);
+          },
       },
   };
   return backends;

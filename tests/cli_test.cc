@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "backends.h"
+#include "sandbox/local.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -209,7 +211,9 @@ TEST_F(CliTest, OptionEqualsValueForm) {
   EXPECT_EQ(run.out, "a=b\n");
 }
 
+// With neither --backend nor --isolation, sandbox run uses namespace.
 TEST_F(CliTest, JsonIsOneObjectWithExactKeysAndValues) {
+  SANDBOX_SKIP_UNLESS_AVAILABLE("namespace");
   CliRun run = Run({"--json", "--", "sh", "-c", "printf out; printf err >&2; exit 2"});
   ASSERT_EQ(run.exit_code, 2) << Describe(run);
   EXPECT_EQ(run.err, "");
@@ -231,8 +235,8 @@ TEST_F(CliTest, JsonIsOneObjectWithExactKeysAndValues) {
   EXPECT_EQ(object["stdout_truncated"], false);
   EXPECT_EQ(object["stderr_truncated"], false);
   EXPECT_TRUE(object["signal"].is_null());
-  EXPECT_EQ(object["isolation"], "none");
-  EXPECT_EQ(object["backend"], "local");
+  EXPECT_EQ(object["isolation"], "process");
+  EXPECT_EQ(object["backend"], "namespace");
   EXPECT_EQ(object["stdout_dropped"], 0);
   EXPECT_EQ(object["stderr_dropped"], 0);
 }
@@ -315,9 +319,13 @@ TEST_F(CliTest, EnvIsPassedAndHostEnvIsNotInherited) {
 
 TEST_F(CliTest, DirIsTheWorkingDirectoryInsideTheWorkspace) {
   std::filesystem::create_directories(workspace_.Join("sub/inner"));
+  CliRun local = Run({"--backend", "local", "--dir", "sub/inner", "--", "pwd"});
+  EXPECT_EQ(local.exit_code, 0) << Describe(local);
+  EXPECT_EQ(local.out, workspace_.Join("sub/inner") + "\n");
+  SANDBOX_SKIP_UNLESS_AVAILABLE("namespace");
   CliRun run = Run({"--dir", "sub/inner", "--", "pwd"});
   EXPECT_EQ(run.exit_code, 0) << Describe(run);
-  EXPECT_EQ(run.out, workspace_.Join("sub/inner") + "\n");
+  EXPECT_EQ(run.out, "/workspace/sub/inner\n");
 }
 
 TEST_F(CliTest, DirThatEscapesTheWorkspaceIsRefused) {
@@ -341,9 +349,13 @@ TEST_F(CliTest, WorkspaceDefaultsToTheCurrentDirectory) {
   WriteHostFile(workspace_.Join("here.txt"), "cwd\n");
   CliOptions options;
   options.cwd = workspace_.path();
+  CliRun local = RunCli({"run", "--backend", "local", "--", "sh", "-c", "pwd; cat here.txt"}, options);
+  EXPECT_EQ(local.exit_code, 0) << Describe(local);
+  EXPECT_EQ(local.out, workspace_.path() + "\ncwd\n");
+  SANDBOX_SKIP_UNLESS_AVAILABLE("namespace");
   CliRun run = RunCli({"run", "--", "sh", "-c", "pwd; cat here.txt"}, options);
   EXPECT_EQ(run.exit_code, 0) << Describe(run);
-  EXPECT_EQ(run.out, workspace_.path() + "\ncwd\n");
+  EXPECT_EQ(run.out, "/workspace\ncwd\n");
 }
 
 TEST_F(CliTest, MissingWorkspaceIs125) {
@@ -422,26 +434,27 @@ INSTANTIATE_TEST_SUITE_P(
         UsageErrorCase{{"run", "--timeout"},
                        "sandbox: --timeout needs a value, e.g. --timeout 30s"},
         UsageErrorCase{{"run", "--json=yes", "--", "true"}, "sandbox: --json takes no value"},
-        UsageErrorCase{{"run", "--memory", "1g", "--", "true"},
+        UsageErrorCase{{"run", "--backend", "local", "--memory", "1g", "--", "true"},
                        "sandbox: the local backend cannot enforce --memory; it runs commands as "
-                       "plain host processes without resource limits (the namespace backend "
-                       "will enforce them; this build does not have it yet)"},
-        UsageErrorCase{{"run", "--pids", "10", "--", "true"}, ""},
-        UsageErrorCase{{"run", "--cpus", "0.5", "--", "true"}, ""},
+                       "plain host processes without resource limits (use --backend namespace)"},
+        UsageErrorCase{{"run", "--backend", "local", "--pids", "10", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--backend", "local", "--cpus", "0.5", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--isolation", "none", "--cpus", "0.5", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--backend", "local", "--rootfs", "/", "--", "true"},
+                       "sandbox: --rootfs needs the namespace backend; the local backend runs "
+                       "on the host's root"},
         UsageErrorCase{{"run", "--isolation", "kernel", "--", "true"},
                        "sandbox: --isolation kernel needs the gvisor backend (Docker with "
-                       "runsc), which this build does not have yet; use --backend local for "
-                       "trusted code"},
-        UsageErrorCase{{"run", "--isolation", "process", "--", "true"}, ""},
+                       "runsc), which this build does not have yet"},
         UsageErrorCase{{"run", "--isolation", "vm", "--", "true"}, ""},
-        UsageErrorCase{{"run", "--backend", "namespace", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--backend", "local", "--isolation", "process", "--", "true"}, ""},
         UsageErrorCase{{"run", "--backend", "docker", "--", "true"}, ""},
         UsageErrorCase{{"run", "--backend", "gvisor", "--", "true"}, ""},
         UsageErrorCase{{"run", "--backend", "microvm", "--", "true"}, ""},
         UsageErrorCase{{"mcp"}, "sandbox mcp: not available in this build yet"},
-        UsageErrorCase{{"doctor"}, "sandbox doctor: not available in this build yet"},
+        UsageErrorCase{{"doctor", "extra"}, "sandbox: doctor takes no arguments (got 'extra')"},
+        UsageErrorCase{{"gc", "extra"}, "sandbox: gc takes no arguments (got 'extra')"},
         UsageErrorCase{{"image"}, "sandbox image: not available in this build yet"},
-        UsageErrorCase{{"gc"}, "sandbox gc: not available in this build yet"},
         UsageErrorCase{{"frobnicate"}, ""}, UsageErrorCase{{}, ""}));
 
 TEST_F(CliTest, BackendLocalAndIsolationNoneAreAccepted) {
@@ -482,7 +495,7 @@ TEST_F(CliTest, VersionPrintsTheVersion) {
 
 // Sends `signal_number` to the CLI once the command's processes carrying
 // `marker` are running, and checks the whole tree is gone afterwards.
-void ExpectSignalKillsTree(int signal_number, int expected_exit) {
+void ExpectSignalKillsTree(const std::string& backend, int signal_number, int expected_exit) {
   const std::string marker = UniqueMarker();
   std::atomic<int> seen{0};
   TempDir workspace;
@@ -496,23 +509,100 @@ void ExpectSignalKillsTree(int signal_number, int expected_exit) {
     }
     kill(pid, signal_number);
   };
-  CliRun run = RunCli({"run", "--workspace", workspace.path(), "--", "sh", "-c",
+  CliRun run = RunCli({"run", "--backend", backend, "--workspace", workspace.path(), "--", "sh", "-c",
                        "sleep " + marker + " & sleep " + marker + "; wait"},
                       options);
   EXPECT_EQ(seen.load(), 2) << "the command's processes never appeared";
-  EXPECT_EQ(run.exit_code, expected_exit) << Describe(run);
+  if (expected_exit >= 0) {
+    EXPECT_EQ(run.exit_code, expected_exit) << Describe(run);
+  } else {
+    EXPECT_EQ(run.term_signal, -expected_exit) << Describe(run);
+  }
   EXPECT_LT(run.elapsed, milliseconds(8000));
   EXPECT_EQ(WaitForNoProcessesWithArg(marker, 5000), 0) << "a process of the tree survived";
 }
 
 TEST(CliSignalTest, SigintCancelsTheCommandTreeAndExits130) {
   if (std::string(kCliPath).empty()) GTEST_SKIP() << "the sandbox CLI is not built";
-  ExpectSignalKillsTree(SIGINT, 130);
+  ExpectSignalKillsTree("local", SIGINT, 130);
 }
 
 TEST(CliSignalTest, SigtermCancelsTheCommandTreeAndExits143) {
   if (std::string(kCliPath).empty()) GTEST_SKIP() << "the sandbox CLI is not built";
-  ExpectSignalKillsTree(SIGTERM, 143);
+  ExpectSignalKillsTree("local", SIGTERM, 143);
+}
+
+TEST(CliSignalTest, NamespaceSigtermCancelsTheCommandTreeAndExits143) {
+  if (std::string(kCliPath).empty()) GTEST_SKIP() << "the sandbox CLI is not built";
+  SANDBOX_SKIP_UNLESS_AVAILABLE("namespace");
+  ExpectSignalKillsTree("namespace", SIGTERM, 143);
+}
+
+// SIGKILL gives the CLI no chance to clean up: the boundary must die with it
+// (the kernel's parent-death signal, then the PID namespace).
+TEST(CliSignalTest, NamespaceBoundaryDiesWhenTheCliIsKilled) {
+  if (std::string(kCliPath).empty()) GTEST_SKIP() << "the sandbox CLI is not built";
+  SANDBOX_SKIP_UNLESS_AVAILABLE("namespace");
+  ExpectSignalKillsTree("namespace", SIGKILL, -SIGKILL);
+}
+
+TEST_F(CliTest, NamespaceMemoryLimitKillsAMemoryBomb) {
+  SANDBOX_SKIP_UNLESS_AVAILABLE("namespace");
+  CliRun run = Run({"--backend", "namespace", "--memory", "64m", "--json", "--", "sh", "-c",
+                    "x=0123456789abcdef; while :; do x=$x$x; done"});
+  EXPECT_EQ(run.exit_code, 137) << Describe(run);
+  auto object = nlohmann::json::parse(run.out);
+  EXPECT_EQ(object["signal"], 9);
+  EXPECT_EQ(object["backend"], "namespace");
+  EXPECT_EQ(object["stderr"],
+            "sandbox: killed: the sandbox exceeded its memory limit (67108864 bytes)\n");
+}
+
+TEST_F(CliTest, IsolationNoneChoosesLocalAndProcessChoosesNamespace) {
+  CliRun none = Run({"--isolation", "none", "--json", "--", "true"});
+  EXPECT_EQ(none.exit_code, 0) << Describe(none);
+  EXPECT_EQ(nlohmann::json::parse(none.out)["backend"], "local");
+  SANDBOX_SKIP_UNLESS_AVAILABLE("namespace");
+  CliRun process = Run({"--isolation", "process", "--json", "--", "true"});
+  EXPECT_EQ(process.exit_code, 0) << Describe(process);
+  EXPECT_EQ(nlohmann::json::parse(process.out)["backend"], "namespace");
+}
+
+TEST_F(CliTest, DoctorSaysWhichBackendsRunHere) {
+  CliRun run = RunCli({"doctor"});
+  EXPECT_TRUE(run.out.starts_with("local (isolation none): available\n")) << run.out;
+  EXPECT_NE(run.out.find("\nnamespace (isolation process): "), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("\ndocker (isolation process): not in this build yet\n"),
+            std::string::npos);
+  bool namespace_ok = ::sandbox::testing::FindBackend("namespace").unavailable_reason().empty();
+  EXPECT_EQ(run.exit_code, namespace_ok ? 0 : 1) << Describe(run);
+  CliRun gc = RunCli({"gc"});
+  EXPECT_EQ(gc.exit_code, 0) << Describe(gc);
+  EXPECT_TRUE(gc.out.starts_with("removed ")) << gc.out;
+}
+
+}  // namespace
+}  // namespace sandbox::testing
+
+namespace sandbox::testing {
+namespace {
+
+// A pid means something only in its own PID namespace: a sandbox started
+// inside another PID namespace must not take this process's cgroup pool for
+// the pool of a dead process and remove it.
+TEST_F(CliTest, ARunInsideAnotherPidNamespaceLeavesThisProcesssPoolAlone) {
+  LocalOptions options;
+  options.root = workspace_.path();
+  options.containment = LocalOptions::Containment::kCgroup;
+  auto sb = NewLocalSandbox(options);
+  if (!sb) GTEST_SKIP() << "no cgroup containment here: " << sb.error().ToString();
+  ASSERT_EQ((*sb)->Exec({}, Command{.path = "/bin/true"})->exit_code, 0);
+  CliRun inner = Run({"--backend", "local", "--", "unshare", "--pid", "--fork", kCliPath, "run",
+                      "--backend", "local", "--", "true"});
+  ASSERT_EQ(inner.exit_code, 0) << Describe(inner);
+  auto after = (*sb)->Exec({}, Command{.path = "/bin/true"});
+  ASSERT_TRUE(after) << after.error().ToString();
+  EXPECT_EQ(after->exit_code, 0);
 }
 
 }  // namespace

@@ -279,9 +279,16 @@ TEST_P(ConformanceTest, ProcessIgnoringSigtermIsKilledAtTimeout) {
 TEST_P(ConformanceTest, ForkBombUnderATimeoutLeavesNothingBehind) {
   std::string marker = UniqueMarker();
   // Every process of the bomb carries the marker in its argv (forks of sh
-  // keep their command line), so the scan below sees any survivor.
+  // keep their command line), so the scan below sees any survivor. A binary
+  // tree of subshells 9 levels deep whose 512 leaves fork without end: still
+  // forking hard when the timeout fires, but bounded to ~1500 live processes,
+  // so that it cannot exhaust the host's pid space under the tests that run
+  // beside it (the local backend has no pids limit to stop an unbounded one).
   Command cmd{.path = "/bin/sh",
-              .args = {"-c", "b() { b | b & }; b; sleep 100", "bomb", marker},
+              .args = {"-c",
+                       "b() { if [ $1 -lt 9 ]; then b $(($1+1)) & b $(($1+1)) & wait; "
+                       "else while :; do sleep 1 & setsid sleep 1 & wait; done; fi; }; b 0",
+                       "bomb", marker},
               .timeout = milliseconds(1000)};
   auto result = sb().Exec({}, cmd);
   ASSERT_TRUE(result) << result.error().ToString();

@@ -172,6 +172,7 @@ TEST(ParseRunFlagsTest, EveryOptionBothSpellings) {
     add("--env", "A=1");
     add("--env", "B=x=y");
     add("--dir", "src");
+    add("--rootfs", "/srv/root");
     args.push_back("--network");
     add("--memory", "512m");
     add("--pids", "64");
@@ -186,6 +187,7 @@ TEST(ParseRunFlagsTest, EveryOptionBothSpellings) {
     EXPECT_EQ(flags->timeout, seconds(90));
     EXPECT_EQ(flags->env, (std::vector<std::string>{"A=1", "B=x=y"}));
     EXPECT_EQ(flags->dir, "src");
+    EXPECT_EQ(flags->rootfs, "/srv/root");
     EXPECT_TRUE(flags->network);
     EXPECT_EQ(flags->memory, 512ULL << 20);
     EXPECT_EQ(flags->pids, 64U);

@@ -47,6 +47,11 @@ struct LocalOptions {
                     // (CAP_SYS_ADMIN in this process's user namespace)
   };
   Containment containment = Containment::kAuto;
+
+  // Start every command with no capability at all: empty sets, an empty
+  // bounding set and locked securebits, so that even uid 0 gains nothing at
+  // exec. For the agent, which is root of a boundary's user namespace.
+  bool drop_capabilities = false;
 };
 
 // Creates a local sandbox (Isolation::None). It implements every optional

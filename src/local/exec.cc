@@ -179,6 +179,7 @@ Expected<Result> RunToCompletion(const ExecConfig& config, const Context& ctx, c
   spec.stdin_fd = in->read.get();
   spec.stdout_fd = out->write.get();
   spec.stderr_fd = err->write.get();
+  spec.drop_capabilities = config.drop_capabilities;
 
   auto start = std::chrono::steady_clock::now();
   os::ExecFailure failure{};

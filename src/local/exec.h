@@ -58,6 +58,7 @@ struct ExecConfig {
   std::size_t output_limit = 1 << 20;
   std::chrono::milliseconds drain_grace{1000};
   os::TreeSource tree_source;  // how each command's process tree is contained
+  bool drop_capabilities = false;  // commands start with no capability
   LiveTrees* trees = nullptr;
 };
 

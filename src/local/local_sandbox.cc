@@ -144,6 +144,7 @@ Expected<std::unique_ptr<Sandbox>> NewLocalSandbox(const LocalOptions& options) 
   state->config.output_limit = options.output_limit;
   state->config.drain_grace = options.drain_grace;
   state->config.tree_source = std::move(*tree_source);
+  state->config.drop_capabilities = options.drop_capabilities;
   return std::unique_ptr<Sandbox>(std::make_unique<LocalSandbox>(std::move(state), options));
 }
 

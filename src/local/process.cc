@@ -204,6 +204,7 @@ Expected<std::unique_ptr<Process>> StartLocalProcess(std::shared_ptr<const ExecC
   spec.stdin_fd = in->read.get();
   spec.stdout_fd = out->write.get();
   spec.stderr_fd = err->write.get();
+  spec.drop_capabilities = config->drop_capabilities;
   SANDBOX_RETURN_IF_ERROR(config->trees->Add(tree->get()));
   auto child = (*tree)->Spawn(std::move(spec));
   if (!child) {

@@ -437,6 +437,7 @@ Expected<std::unique_ptr<Session>> StartLocalSession(std::shared_ptr<const ExecC
   spec.stdout_fd = null_fd.get();
   spec.stderr_fd = null_fd.get();
   spec.extra_fd = status->write.get();
+  spec.drop_capabilities = config->drop_capabilities;
   auto child = (*tree)->Spawn(std::move(spec));
   if (!child) {
     config->trees->Remove(tree->get());

@@ -82,6 +82,18 @@ bool WaitEmpty(int events_fd, int timeout_ms) {
   return true;
 }
 
+// "<pid namespace inode>.<pid>": a pid means something only in its own PID
+// namespace, so a pool is judged stale only by a process of that namespace
+// (a process inside a sandbox's PID namespace must never take a live host
+// process's pool for dead).
+std::string PidNamespaceTag() {
+  struct stat st;
+  if (stat("/proc/self/ns/pid", &st) != 0) return "0";
+  return std::to_string(st.st_ino);
+}
+
+std::string OwnPoolTag() { return PidNamespaceTag() + "." + std::to_string(getpid()); }
+
 }  // namespace
 
 CgroupLease& CgroupLease::operator=(CgroupLease&& other) noexcept {
@@ -144,7 +156,7 @@ Expected<std::shared_ptr<CgroupPool>> CgroupPool::Shared() {
   UniqueFd parent_fd(parent);
   RemoveStalePools(parent_fd.get());
 
-  std::string name = std::string(kPoolPrefix) + std::to_string(getpid());
+  std::string name = std::string(kPoolPrefix) + OwnPoolTag();
   if (mkdirat(parent_fd.get(), name.c_str(), 0755) < 0 && errno != EEXIST) {
     failure = "cannot create a cgroup under " + parent_path + " (" + std::strerror(errno) +
               "): run as root or inside a delegated cgroup v2 subtree";
@@ -220,7 +232,10 @@ void RemoveStalePools(int parent_fd) {
   while (dirent* entry = readdir(dir)) {
     std::string_view name = entry->d_name;
     if (name.rfind(kPoolPrefix, 0) != 0) continue;
-    std::string pid_text(name.substr(kPoolPrefix.size()));
+    std::string_view tag = name.substr(kPoolPrefix.size());
+    std::string ns_prefix = PidNamespaceTag() + ".";
+    if (tag.rfind(ns_prefix, 0) != 0) continue;  // another PID namespace's pool
+    std::string pid_text(tag.substr(ns_prefix.size()));
     char* end = nullptr;
     long pid = std::strtol(pid_text.c_str(), &end, 10);
     if (pid <= 0 || *end != '\0') continue;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <new>
 
+#include "os/capabilities.h"
 #include "os/syscalls.h"
 
 namespace sandbox::os {
@@ -40,6 +41,7 @@ struct ChildPlan {
   char* const* envp;
   int cwd_fd, stdin_fd, stdout_fd, stderr_fd, extra_fd, cgroup_procs_fd;
   bool new_session;
+  int drop_capabilities_up_to;  // -1: keep them; else the last capability number
   // Written by the child before _exit on failure; read by the parent after
   // vfork returns (the parent is suspended until the child execs or exits).
   int failed_errno;
@@ -89,6 +91,13 @@ bool MoveFd(int from, int to) {
   // Nothing but stdio (and fd 3 when asked) crosses into the command, even
   // fds the embedding program opened without O_CLOEXEC.
   syscall(SYS_close_range, plan->extra_fd >= 0 ? 4 : 3, ~0U, 0);
+  if (plan->drop_capabilities_up_to >= 0) {
+    int err = DropAllCapabilities(plan->drop_capabilities_up_to);
+    if (err != 0) {
+      errno = err;
+      ChildFail(plan, "capabilities");
+    }
+  }
   sigset_t empty;
   sigemptyset(&empty);
   sigprocmask(SIG_SETMASK, &empty, nullptr);
@@ -293,6 +302,7 @@ Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure) {
   plan.extra_fd = spec.extra_fd;
   plan.cgroup_procs_fd = spec.cgroup_procs_fd;
   plan.new_session = spec.new_session;
+  plan.drop_capabilities_up_to = spec.drop_capabilities ? LastCapability() : -1;
   plan.failed_errno = 0;
   plan.failed_step = nullptr;
   if (spec.new_pid_namespace) return SpawnInNewPidNamespace(spec, plan, failure);

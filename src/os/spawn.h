@@ -35,6 +35,10 @@ struct SpawnSpec {
   // the whole tree at once. Needs CAP_SYS_ADMIN in the caller's user
   // namespace.
   bool new_pid_namespace = false;
+  // Drop every capability (and, with CAP_SETPCAP, the bounding set, and lock
+  // the securebits) right before exec: for an agent that is root of a user
+  // namespace starting commands that must be nothing there.
+  bool drop_capabilities = false;
 };
 
 // Where a PID-namespace init leaves the command's wait status: one shared

@@ -144,6 +144,7 @@ enum class Option {
   kTimeout,
   kEnv,
   kDir,
+  kRootfs,
   kNetwork,
   kMemory,
   kPids,
@@ -166,6 +167,7 @@ constexpr OptionSpec kOptions[] = {
     {"--timeout", Option::kTimeout, true, "--timeout 30s"},
     {"--env", Option::kEnv, true, "--env KEY=VALUE"},
     {"--dir", Option::kDir, true, "--dir src"},
+    {"--rootfs", Option::kRootfs, true, "--rootfs ./debian-rootfs"},
     {"--network", Option::kNetwork, false, ""},
     {"--memory", Option::kMemory, true, "--memory 512m"},
     {"--pids", Option::kPids, true, "--pids 256"},
@@ -212,6 +214,9 @@ Status Apply(const OptionSpec& spec, std::string_view value, RunFlags& flags) {
       return {};
     case Option::kDir:
       flags.dir = std::string(value);
+      return {};
+    case Option::kRootfs:
+      flags.rootfs = std::string(value);
       return {};
     case Option::kNetwork:
       flags.network = true;
@@ -377,6 +382,8 @@ options:
   --timeout DURATION     e.g. 500ms, 30s, 5m (default: none)
   --env KEY=VALUE        repeatable; the host environment is NOT inherited
   --dir PATH             working directory, sandbox-relative
+  --rootfs DIR           namespace backend: an unpacked root filesystem to use
+                         instead of the host's system directories
   --network              allow network (default off where the backend can take it away)
   --memory SIZE --pids N --cpus N      resource limits where the backend supports them
   --json                 print one JSON object instead of passing the streams through

@@ -40,6 +40,7 @@ struct RunFlags {
   std::chrono::nanoseconds timeout{0};   // --timeout; 0 means none
   std::vector<std::string> env;          // --env KEY=VALUE, in order
   std::string dir;                       // --dir, sandbox-relative; "" is the root
+  std::optional<std::string> rootfs;     // --rootfs, a host directory (namespace backend)
   bool network = false;                  // --network
   std::optional<std::uint64_t> memory;   // --memory, bytes
   std::optional<std::uint64_t> pids;     // --pids

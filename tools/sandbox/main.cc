@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "doctor.h"
 #include "run.h"
 
 // SANDBOX_VERSION comes from the build (the project's version in CMake).
@@ -20,8 +21,10 @@ One isolation boundary for AI agents: every command runs through a sandbox.
 commands:
   run       run one command in a sandbox and exit with its status
             (sandbox run [OPTIONS] -- PROGRAM [ARGS...]; see sandbox run --help)
+  doctor    say which backends can run here, and why not
+  gc        remove what sandboxes of crashed processes left behind
   version   print the version
-  mcp, doctor, image, gc
+  mcp, image
             not available in this build yet
 
 options:
@@ -60,7 +63,13 @@ int main(int argc, char** argv) {
   if (command == "run") {
     return sandbox::cli::RunCommand(std::span<const std::string>(args).subspan(1));
   }
-  if (command == "mcp" || command == "doctor" || command == "image" || command == "gc") {
+  if (command == "doctor") {
+    return sandbox::cli::DoctorCommand(std::span<const std::string>(args).subspan(1));
+  }
+  if (command == "gc") {
+    return sandbox::cli::GcCommand(std::span<const std::string>(args).subspan(1));
+  }
+  if (command == "mcp" || command == "image") {
     Write(STDERR_FILENO, "sandbox " + command + ": not available in this build yet\n");
     return sandbox::cli::kExitSandboxFailed;
   }

@@ -23,6 +23,7 @@
 #include "sandbox/context.h"
 #include "sandbox/error.h"
 #include "sandbox/local.h"
+#include "sandbox/namespace.h"
 #include "sandbox/sandbox.h"
 
 namespace sandbox::cli {
@@ -142,7 +143,6 @@ Expected<std::string> ReadStandardInput() {
 // Why a backend named on the command line cannot run in this build.
 std::string BackendUnavailable(std::string_view backend) {
   std::string needs;
-  if (backend == "namespace") needs = "Linux >= 5.6 with user namespaces";
   if (backend == "docker") needs = "a Docker Engine at DOCKER_HOST or /var/run/docker.sock";
   if (backend == "gvisor") needs = "Docker with runsc registered as a runtime";
   if (backend == "microvm") needs = "firecracker with /dev/kvm, or qemu-system-x86_64";
@@ -151,47 +151,63 @@ std::string BackendUnavailable(std::string_view backend) {
          "); use --backend local for trusted code";
 }
 
-// Why an isolation level above none cannot be had in this build.
+// Why an isolation level cannot be had in this build.
 std::string IsolationUnavailable(Isolation level) {
-  std::string gives;
-  switch (level) {
-    case Isolation::Process:
-      gives = "the namespace or docker backend";
-      break;
-    case Isolation::Kernel:
-      gives = "the gvisor backend (Docker with runsc)";
-      break;
-    case Isolation::VM:
-      gives = "the microvm backend (firecracker or qemu)";
-      break;
-    case Isolation::None:
-      break;
-  }
+  std::string gives = level == Isolation::Kernel ? "the gvisor backend (Docker with runsc)"
+                                                 : "the microvm backend (firecracker or qemu)";
   return "--isolation " + std::string(ToString(level)) + " needs " + gives +
-         ", which this build does not have yet; use --backend local for trusted code";
+         ", which this build does not have yet";
 }
 
-// Picks the backend for the flags. Only local exists in this build; it is
-// also the default until the namespace backend exists (DESIGN.md section 7).
+// Picks the backend for the flags (DESIGN.md section 7): the one named, else
+// the fastest that gives the isolation asked for, else namespace. Running
+// hostile code without isolation is never a silent default: where namespace
+// cannot run, the user must ask for --backend local.
 Expected<std::string> SelectBackend(const RunFlags& flags) {
-  if (flags.backend && *flags.backend != "local")
+  if (flags.backend) {
+    if (*flags.backend == "local" || *flags.backend == "namespace") return *flags.backend;
     return Fail(Error::Code::Unsupported, BackendUnavailable(*flags.backend));
-  if (flags.isolation && *flags.isolation > Isolation::None)
+  }
+  if (flags.isolation && *flags.isolation == Isolation::None) return std::string("local");
+  if (flags.isolation && *flags.isolation > Isolation::Process)
     return Fail(Error::Code::InsufficientIsolation, IsolationUnavailable(*flags.isolation));
-  return std::string("local");
+  return std::string("namespace");
 }
 
-// Refuses resource limits the backend cannot enforce: never pretend a limit.
-Status CheckLimits(const RunFlags& flags, std::string_view backend) {
+// Refuses what the local backend cannot do: never pretend a limit.
+Status CheckLocalFlags(const RunFlags& flags) {
   const char* limit = flags.memory ? "--memory"
                       : flags.pids ? "--pids"
                       : flags.cpus ? "--cpus"
                                    : nullptr;
-  if (!limit) return {};
-  return Fail(Error::Code::Unsupported,
-              "the " + std::string(backend) + " backend cannot enforce " + limit +
-                  "; it runs commands as plain host processes without resource limits (the "
-                  "namespace backend will enforce them; this build does not have it yet)");
+  if (limit)
+    return Fail(Error::Code::Unsupported,
+                std::string("the local backend cannot enforce ") + limit +
+                    "; it runs commands as plain host processes without resource limits (use "
+                    "--backend namespace)");
+  if (flags.rootfs)
+    return Fail(Error::Code::InvalidArgument,
+                "--rootfs needs the namespace backend; the local backend runs on the host's root");
+  return {};
+}
+
+// The sandbox for the flags, rooted at `workspace`.
+Expected<std::unique_ptr<Sandbox>> MakeSandbox(const RunFlags& flags, const std::string& backend,
+                                               const std::string& workspace) {
+  if (backend == "local") {
+    SANDBOX_RETURN_IF_ERROR(CheckLocalFlags(flags));
+    LocalOptions options;
+    options.root = workspace;
+    return NewLocalSandbox(options);
+  }
+  NamespaceOptions options;
+  options.workspace = workspace;
+  if (flags.rootfs) options.rootfs = *flags.rootfs;
+  options.network = flags.network;
+  options.memory_bytes = flags.memory;
+  options.pids = flags.pids;
+  options.cpus = flags.cpus;
+  return NewNamespaceSandbox(options);
 }
 
 std::string ResultJson(const Result& result, const Capabilities& caps) {
@@ -255,10 +271,6 @@ int RunCommand(std::span<const std::string> args) {
     PrintError(backend.error().message());
     return kExitSandboxFailed;
   }
-  if (auto limits = CheckLimits(*flags, *backend); !limits) {
-    PrintError(limits.error().message());
-    return kExitSandboxFailed;
-  }
 
   SignalWatcher signals;
 
@@ -269,21 +281,32 @@ int RunCommand(std::span<const std::string> args) {
   }
   signals.CancelFromNowOn();
 
-  LocalOptions options;
+  std::string workspace;
   if (flags->workspace) {
-    options.root = *flags->workspace;
+    workspace = *flags->workspace;
   } else {
     std::error_code error;
-    options.root = std::filesystem::current_path(error).string();
+    workspace = std::filesystem::current_path(error).string();
     if (error) {
       PrintError("cannot determine the current directory (" + error.message() +
                  "); pass --workspace DIR");
       return kExitSandboxFailed;
     }
   }
-  auto made = NewLocalSandbox(options);
+  auto made = MakeSandbox(*flags, *backend, workspace);
   if (!made) {
-    PrintError(made.error().message());
+    std::string message = made.error().message();
+    if (!flags->backend) {
+      // namespace was chosen for the user: say what to do instead.
+      message = "the namespace backend" +
+                std::string(flags->isolation ? " (needed for --isolation process)"
+                                             : " (the default)") +
+                " cannot run here: " + message +
+                ". Run `sandbox doctor` for details" +
+                (flags->isolation ? "" : "; to run trusted code without isolation, ask for "
+                                         "it with --backend local");
+    }
+    PrintError(message);
     return kExitSandboxFailed;
   }
   std::unique_ptr<Sandbox> sandbox = std::move(*made);

@@ -1,0 +1,154 @@
+// sandbox-agent: the local backend served over one byte stream, to run
+// inside a boundary (namespace, container, VM). Statically linked so it runs
+// in any root filesystem. The protocol is in docs/wire.md.
+//
+//   sandbox-agent [--root DIR] [--workdir PATH] [--fd N] [--max-inflight N]
+//                 [--containment auto|cgroup|pidns] [--drop-capabilities]
+//
+// The stream is stdin (requests) and stdout (answers), or the socket `--fd N`
+// in both directions. stderr carries diagnostics only. The agent exits 0
+// when the host closes the stream, 2 on bad usage, 1 when it cannot start or
+// the host broke the protocol.
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "os/init_reaper.h"
+#include "sandbox/local.h"
+#include "sandbox/remote.h"
+
+namespace {
+
+void Say(std::string_view line) {
+  std::string text = "sandbox-agent: ";
+  text.append(line);
+  text.push_back('\n');
+  (void)!::write(STDERR_FILENO, text.data(), text.size());
+}
+
+constexpr std::string_view kUsage =
+    "usage: sandbox-agent [--root DIR] [--workdir PATH] [--fd N] [--max-inflight N]\n"
+    "                     [--containment auto|cgroup|pidns] [--drop-capabilities]\n"
+    "  --root DIR          directory that becomes the sandbox root (default: .)\n"
+    "  --workdir PATH      absolute directory reported as the workdir (default: the root)\n"
+    "  --fd N              serve over the socket N instead of stdin/stdout\n"
+    "  --max-inflight N    requests executed at once (default 64)\n"
+    "  --containment M     how each command's process tree is contained: a cgroup,\n"
+    "                      a PID namespace, or auto (the local backend's choice)\n"
+    "  --drop-capabilities commands start with no capability at all (the agent is\n"
+    "                      root of a boundary's user namespace and keeps its own)\n";
+
+bool ParseNumber(std::string_view text, int& out) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size() && out >= 0;
+}
+
+// Moves `fd` above 2 with O_CLOEXEC so no command inherits the stream, and
+// points the standard descriptor at /dev/null so nothing the agent links
+// can write into the protocol by accident.
+int TakeStdFd(int fd, int flags) {
+  int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+  if (moved < 0) return -1;
+  int null_fd = ::open("/dev/null", flags | O_CLOEXEC);
+  if (null_fd >= 0) {
+    ::dup2(null_fd, fd);  // dup2 clears O_CLOEXEC on `fd`: a plain stdio slot
+    ::close(null_fd);
+  }
+  return moved;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // As PID 1 of a namespace, split off a reaping init first (before any
+  // thread exists); see os/init_reaper.h.
+  if (auto init_exit = sandbox::os::SplitOffInitIfPid1()) return *init_exit;
+  // Commands may share the agent's uid: keep its memory, fds and environment
+  // out of their reach through /proc (and ptrace) by making it non-dumpable.
+  // execve resets the flag, so the commands themselves are unaffected.
+  ::prctl(PR_SET_DUMPABLE, 0);
+
+  sandbox::LocalOptions local;
+  local.root = ".";
+  sandbox::ServeOptions serve;
+  int fd = -1;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    std::string_view value;
+    std::string_view name = arg;
+    bool has_inline = false;
+    if (auto eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_inline = true;
+    }
+    auto take = [&]() -> bool {
+      if (has_inline) return true;
+      if (i + 1 >= argc) return false;
+      value = argv[++i];
+      return true;
+    };
+    if (name == "--help" || name == "-h") {
+      (void)!::write(STDOUT_FILENO, kUsage.data(), kUsage.size());
+      return 0;
+    }
+    int number = 0;
+    if (name == "--root" && take()) {
+      local.root = value;
+    } else if (name == "--workdir" && take()) {
+      local.workdir = value;
+    } else if (name == "--fd" && take() && ParseNumber(value, number)) {
+      fd = number;
+    } else if (name == "--containment" && take() &&
+               (value == "auto" || value == "cgroup" || value == "pidns")) {
+      using Containment = sandbox::LocalOptions::Containment;
+      local.containment = value == "cgroup"  ? Containment::kCgroup
+                          : value == "pidns" ? Containment::kPidNamespace
+                                             : Containment::kAuto;
+    } else if (name == "--drop-capabilities" && !has_inline) {
+      local.drop_capabilities = true;
+    } else if (name == "--max-inflight" && take() && ParseNumber(value, number) && number > 0) {
+      serve.max_inflight = static_cast<std::uint32_t>(number);
+    } else {
+      Say("bad argument '" + std::string(arg) + "'");
+      (void)!::write(STDERR_FILENO, kUsage.data(), kUsage.size());
+      return 2;
+    }
+  }
+
+  int read_fd, write_fd;
+  if (fd >= 0) {
+    read_fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (read_fd < 0) {
+      Say("--fd " + std::to_string(fd) + " is not an open descriptor");
+      return 2;
+    }
+    if (fd > 2) ::close(fd);
+    write_fd = -1;
+  } else {
+    read_fd = TakeStdFd(STDIN_FILENO, O_RDONLY);
+    write_fd = TakeStdFd(STDOUT_FILENO, O_WRONLY);
+    if (read_fd < 0 || write_fd < 0) {
+      Say("stdin and stdout must be open");
+      return 2;
+    }
+  }
+
+  auto sandbox = sandbox::NewLocalSandbox(local);
+  if (!sandbox) {
+    Say("cannot serve '" + local.root + "': " + sandbox.error().ToString());
+    ::close(read_fd);
+    if (write_fd >= 0) ::close(write_fd);
+    return 1;
+  }
+  serve.log = [](const std::string& line) { Say(line); };
+  auto served = sandbox::Serve(**sandbox, read_fd, write_fd, serve);
+  (void)(*sandbox)->Close();
+  return served ? 0 : 1;
+}

@@ -1,0 +1,154 @@
+// The namespace backend assembled (agent as PID 1 + RemoteSandbox), attacked
+// from inside the way model-written code would: the agent must survive, hold
+// nothing of the host's, reap every orphan, and take everything down with it
+// when the sandbox closes or the host process dies.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "backends.h"
+#include "sandbox/namespace.h"
+#include "test_util.h"
+
+namespace sandbox::testing {
+namespace {
+
+using std::chrono::milliseconds;
+
+class NamespaceHostileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SANDBOX_SKIP_UNLESS_AVAILABLE("namespace");
+    Make({});
+  }
+
+  void Make(NamespaceOptions options) {
+    options.workspace = dir_.path();
+    options.agent_path = SANDBOX_AGENT_PATH;
+    auto made = NewNamespaceSandbox(options);
+    ASSERT_TRUE(made) << made.error().ToString();
+    sandbox_ = std::move(*made);
+  }
+
+  Result Sh(const std::string& script, std::chrono::nanoseconds timeout = {}) {
+    auto result =
+        sandbox_->Exec({}, Command{.path = "/bin/sh", .args = {"-c", script}, .timeout = timeout});
+    EXPECT_TRUE(result) << result.error().ToString();
+    return result ? *result : Result{.exit_code = -1};
+  }
+
+  TempDir dir_;
+  std::unique_ptr<Sandbox> sandbox_;
+};
+
+TEST_F(NamespaceHostileTest, ReportsProcessIsolationWithoutNetwork) {
+  Capabilities caps = sandbox_->GetCapabilities();
+  EXPECT_EQ(caps.backend, "namespace");
+  EXPECT_EQ(caps.isolation, Isolation::Process);
+  EXPECT_FALSE(caps.network);
+  auto* workdir = As<WorkdirReporter>(*sandbox_);
+  ASSERT_NE(workdir, nullptr);
+  EXPECT_EQ(workdir->Workdir(), "/workspace");
+  EXPECT_EQ(Sh("pwd; hostname").stdout_data, "/workspace\nsandbox\n");
+}
+
+TEST_F(NamespaceHostileTest, CommandsHoldNoCapabilityAtAll) {
+  Result caps = Sh("grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status; "
+                   "grep -E '^NoNewPrivs|^Seccomp:' /proc/self/status");
+  EXPECT_EQ(caps.stdout_data,
+            "CapInh:\t0000000000000000\n"
+            "CapPrm:\t0000000000000000\n"
+            "CapEff:\t0000000000000000\n"
+            "CapBnd:\t0000000000000000\n"
+            "CapAmb:\t0000000000000000\n"
+            "NoNewPrivs:\t1\n"
+            "Seccomp:\t2\n");
+}
+
+TEST_F(NamespaceHostileTest, TheCommandHoldsNoHostFileDescriptor) {
+  // fd 3 is the directory ls itself opens; nothing else may be open.
+  Result fds = Sh("ls /proc/self/fd");
+  EXPECT_EQ(fds.stdout_data, "0\n1\n2\n3\n");
+}
+
+TEST_F(NamespaceHostileTest, FilesCreatedInTheWorkspaceBelongToTheInvokingUser) {
+  ASSERT_EQ(Sh("echo hi > made-inside && mkdir dir-inside").exit_code, 0);
+  struct stat st;
+  ASSERT_EQ(stat(dir_.Join("made-inside").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, geteuid());
+  EXPECT_EQ(st.st_gid, getegid());
+  ASSERT_EQ(stat(dir_.Join("dir-inside").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, geteuid());
+  EXPECT_EQ(ReadHostFile(dir_.Join("made-inside")), "hi\n");
+}
+
+TEST_F(NamespaceHostileTest, TheAgentReapsThousandsOfOrphans) {
+  Result spawn = Sh(
+      "i=0; while [ $i -lt 1000 ]; do sh -c 'true & true &'; i=$((i+1)); done; echo spawned");
+  EXPECT_EQ(spawn.stdout_data, "spawned\n");
+  // /proc inside shows every process of the boundary.
+  std::string zombies;
+  for (int i = 0; i < 50; ++i) {
+    zombies = Sh("grep -l '^State:.Z' /proc/[0-9]*/status 2>/dev/null | wc -l").stdout_data;
+    if (zombies == "0\n") break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_EQ(zombies, "0\n");
+}
+
+TEST_F(NamespaceHostileTest, CloseLeavesNoProcessBehind) {
+  std::string marker = UniqueMarker();
+  auto* host = As<ProcessHost>(*sandbox_);
+  ASSERT_NE(host, nullptr);
+  auto process = host->StartProcess(
+      {}, Command{.path = "/bin/sh", .args = {"-c", "setsid sleep " + marker + " & sleep " + marker}});
+  ASSERT_TRUE(process) << process.error().ToString();
+  for (int i = 0; i < 100 && CountProcessesWithArg(marker) < 2; ++i)
+    std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(CountProcessesWithArg(marker), 2);
+  ASSERT_TRUE(sandbox_->Close());
+  EXPECT_EQ(WaitForNoProcessesWithArg(marker, 2000), 0);
+  process->reset();
+  sandbox_.reset();
+}
+
+TEST_F(NamespaceHostileTest, AMemoryBombIsKilledAtTheLimit) {
+  NamespaceOptions options;
+  options.memory_bytes = std::uint64_t{64} << 20;
+  Make(options);
+  // Grows a shell variable without bound: doubling a string until killed.
+  Result bomb = Sh("x=0123456789abcdef; while :; do x=$x$x; done", std::chrono::seconds(30));
+  EXPECT_FALSE(bomb.timed_out);
+  ASSERT_TRUE(bomb.signal.has_value());
+  EXPECT_EQ(*bomb.signal, SIGKILL);
+  EXPECT_EQ(bomb.stderr_data,
+            "sandbox: killed: the sandbox exceeded its memory limit (67108864 bytes)\n");
+  EXPECT_EQ(Sh("echo alive").stdout_data, "alive\n");
+}
+
+TEST_F(NamespaceHostileTest, AForkBombStopsAtThePidsLimit) {
+  NamespaceOptions options;
+  options.pids = 64;
+  Make(options);
+  // Forks fail once the boundary holds 64 tasks (the agent's included).
+  // The subshell dies at the first failed fork; its sleeps live on, and are
+  // counted with builtins only (no fork is left to spare).
+  Result bomb = Sh("( i=0; while [ $i -lt 200 ]; do sleep 5 & i=$((i+1)); done ) 2>/dev/null; "
+                   "n=0; for f in /proc/[0-9]*/comm; do read c < $f; "
+                   "[ \"$c\" = sleep ] && n=$((n+1)); done 2>/dev/null; echo $n",
+                   std::chrono::seconds(20));
+  ASSERT_FALSE(bomb.timed_out);
+  int started = std::atoi(bomb.stdout_data.c_str());
+  EXPECT_GT(started, 0);
+  EXPECT_LT(started, 64);
+  EXPECT_EQ(Sh("echo alive").stdout_data, "alive\n");
+}
+
+}  // namespace
+}  // namespace sandbox::testing

@@ -1,0 +1,97 @@
+#include "doctor.h"
+
+#include <unistd.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "os/tree.h"
+#include "run.h"
+#include "sandbox/namespace.h"
+
+namespace sandbox::cli {
+namespace {
+
+void Print(std::string_view text) {
+  while (!text.empty()) {
+    ssize_t written = write(STDOUT_FILENO, text.data(), text.size());
+    if (written <= 0) return;
+    text.remove_prefix(static_cast<std::size_t>(written));
+  }
+}
+
+void PrintErr(std::string_view text) {
+  std::string line = "sandbox: " + std::string(text) + "\n";
+  (void)!write(STDERR_FILENO, line.data(), line.size());
+}
+
+void Line(bool ok, std::string_view what, std::string_view detail) {
+  Print(std::string("  ") + (ok ? "ok  " : "no  ") + std::string(what) + ": " +
+        std::string(detail) + "\n");
+}
+
+bool RejectArguments(std::string_view command, std::span<const std::string> args) {
+  if (args.empty()) return false;
+  if (args.front() == "-h" || args.front() == "--help") return false;
+  PrintErr(std::string(command) + " takes no arguments (got '" + args.front() + "')");
+  return true;
+}
+
+}  // namespace
+
+int DoctorCommand(std::span<const std::string> args) {
+  if (RejectArguments("doctor", args)) return kExitSandboxFailed;
+  if (!args.empty()) {
+    Print("usage: sandbox doctor\n\nSays which backends can run on this machine and, for "
+          "each, what it needs and what was found.\n");
+    return 0;
+  }
+
+  // local: the path fence needs openat2; process trees need a cgroup or a
+  // PID namespace.
+  auto tree = os::ChooseTreeSource();
+  Print(std::string("local (isolation none): ") + (tree ? "available" : "unavailable") + "\n");
+  if (tree) {
+    Line(true, "process-tree containment",
+         tree->containment == os::Containment::kCgroup
+             ? "a cgroup v2 per command under " + tree->cgroups->path()
+             : "a PID namespace per command (no writable cgroup v2 here)");
+  } else {
+    Line(false, "process-tree containment", tree.error().message());
+  }
+  Line(false, "--memory/--pids/--cpus limits (optional)",
+       "host subprocesses get no resource limits; asking for one is an error");
+
+  std::vector<NamespaceCheck> checks = ProbeNamespaceBackend();
+  bool namespace_ok = true;
+  for (const NamespaceCheck& check : checks)
+    if (check.required && !check.ok) namespace_ok = false;
+  Print(std::string("namespace (isolation process): ") +
+        (namespace_ok ? "available (the default backend)" : "unavailable") + "\n");
+  for (const NamespaceCheck& check : checks)
+    Line(check.ok, check.name + (check.required ? "" : " (optional)"), check.detail);
+
+  Print("docker (isolation process): not in this build yet\n");
+  Print("gvisor (isolation kernel): not in this build yet\n");
+  Print("microvm (isolation vm): not in this build yet\n");
+  return namespace_ok ? 0 : 1;
+}
+
+int GcCommand(std::span<const std::string> args) {
+  if (RejectArguments("gc", args)) return kExitSandboxFailed;
+  if (!args.empty()) {
+    Print("usage: sandbox gc\n\nRemoves what sandboxes of crashed processes left behind "
+          "(their cgroups).\n");
+    return 0;
+  }
+  int removed = RemoveNamespaceLeftovers();
+  // Creating the local backend's cgroup pool sweeps the pools of dead
+  // processes.
+  (void)os::ChooseTreeSource();
+  Print("removed " + std::to_string(removed) + " leftover cgroup" + (removed == 1 ? "" : "s") +
+        " of namespace sandboxes\n");
+  return 0;
+}
+
+}  // namespace sandbox::cli
