@@ -3,6 +3,7 @@
 #include <array>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 namespace sandbox::wire {
 namespace {
@@ -143,17 +144,7 @@ EncodedFrame EncodeErrorReply(std::uint64_t id, const Error& error) {
 }
 
 EncodedFrame EncodeEmptyReply(std::uint64_t id) {
-  EncodedFrame frame = internal::BeginFrame();
-  msgpack::packer<msgpack::sbuffer> packer(frame);
-  packer.pack_array(3);
-  packer.pack(static_cast<std::uint8_t>(MsgType::kReply));
-  packer.pack(id);
-  packer.pack_array(3);
-  packer.pack(std::string());
-  packer.pack(std::string());
-  packer.pack_array(0);
-  internal::FinishFrame(frame);
-  return frame;
+  return EncodeReply(id, nullptr, std::vector<int>{});  // an empty array payload
 }
 
 // ---- FrameAssembler ----
