@@ -16,9 +16,6 @@
 #include "os/syscalls.h"
 
 namespace sandbox::os {
-namespace {
-
-}  // namespace
 
 // Filled in by a PID-namespace init in a MAP_SHARED page; read by the parent
 // after the ready pipe hangs up (failure) or after the init was reaped.
@@ -125,11 +122,9 @@ bool MoveFd(int from, int to) {
     _exit(127);  // the parent reads the failure once the pipe hangs up
   }
   // Nothing of the parent's stays open in the init: a pipe end held here
-  // would keep a reader of the command's output from ever seeing EOF. Closed
-  // before the parent hears that the command runs, so Spawn returns with the
-  // init holding no fd at all.
-  // The parent reads the ready pipe to its end: it returns only once every
-  // fd here is closed, the ready pipe last.
+  // would keep a reader of the command's output from ever seeing EOF. The
+  // parent reads the ready pipe to its end, so Spawn returns only once the
+  // init holds no fd at all.
   report->started = 1;
   syscall(SYS_close_range, 0, ~0U, 0);
   for (;;) {
@@ -145,6 +140,13 @@ bool MoveFd(int from, int to) {
       report->reported = 1;
       _exit(0);
     }
+  }
+}
+
+// Reaps `pid` whatever its state, ignoring its status.
+void ReapQuietly(pid_t pid) {
+  int status;
+  while (waitpid(pid, &status, __WALL) < 0 && errno == EINTR) {
   }
 }
 
@@ -235,12 +237,6 @@ Status Child::Kill() const {
 
 namespace {
 
-void ReapQuietly(pid_t pid) {
-  int status;
-  while (waitpid(pid, &status, __WALL) < 0 && errno == EINTR) {
-  }
-}
-
 Expected<Child> SpawnInNewPidNamespace(const SpawnSpec& spec, ChildPlan& plan,
                                        ExecFailure* failure) {
   void* page = mmap(nullptr, sizeof(InitReport), PROT_READ | PROT_WRITE,
@@ -321,9 +317,7 @@ Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure) {
   if (pid < 0) return Fail(ErrnoError(vfork_errno, "vfork"));
 
   if (plan.failed_step != nullptr) {
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    ReapQuietly(pid);
     if (failure) *failure = ExecFailure{plan.failed_errno, plan.failed_step};
     Error error = ErrnoError(plan.failed_errno, plan.failed_step, spec.exec_path);
     return Fail(std::move(error));
@@ -331,9 +325,7 @@ Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure) {
   auto pidfd = PidfdOpen(pid);
   if (!pidfd) {
     kill(pid, SIGKILL);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    ReapQuietly(pid);
     return Fail(pidfd.error());
   }
   return Child(pid, std::move(*pidfd));
