@@ -13,18 +13,7 @@
 namespace sandbox::cli {
 namespace {
 
-void Print(std::string_view text) {
-  while (!text.empty()) {
-    ssize_t written = write(STDOUT_FILENO, text.data(), text.size());
-    if (written <= 0) return;
-    text.remove_prefix(static_cast<std::size_t>(written));
-  }
-}
-
-void PrintErr(std::string_view text) {
-  std::string line = "sandbox: " + std::string(text) + "\n";
-  (void)!write(STDERR_FILENO, line.data(), line.size());
-}
+void Print(std::string_view text) { WriteAll(STDOUT_FILENO, text); }
 
 void Line(bool ok, std::string_view what, std::string_view detail) {
   Print(std::string("  ") + (ok ? "ok  " : "no  ") + std::string(what) + ": " +
@@ -34,7 +23,7 @@ void Line(bool ok, std::string_view what, std::string_view detail) {
 bool RejectArguments(std::string_view command, std::span<const std::string> args) {
   if (args.empty()) return false;
   if (args.front() == "-h" || args.front() == "--help") return false;
-  PrintErr(std::string(command) + " takes no arguments (got '" + args.front() + "')");
+  PrintError(std::string(command) + " takes no arguments (got '" + args.front() + "')");
   return true;
 }
 

@@ -31,14 +31,6 @@ options:
   -h, --help   print this help and exit
 )";
 
-void Write(int fd, std::string_view text) {
-  while (!text.empty()) {
-    ssize_t written = write(fd, text.data(), text.size());
-    if (written <= 0) return;
-    text.remove_prefix(static_cast<std::size_t>(written));
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -47,17 +39,17 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> args(argv + (argc > 0 ? 1 : 0), argv + argc);
   if (args.empty()) {
-    Write(STDERR_FILENO, "sandbox: missing COMMAND\n\n");
-    Write(STDERR_FILENO, kUsage);
+    sandbox::cli::WriteAll(STDERR_FILENO, "sandbox: missing COMMAND\n\n");
+    sandbox::cli::WriteAll(STDERR_FILENO, kUsage);
     return sandbox::cli::kExitSandboxFailed;
   }
   const std::string& command = args.front();
   if (command == "-h" || command == "--help" || command == "help") {
-    Write(STDOUT_FILENO, kUsage);
+    sandbox::cli::WriteAll(STDOUT_FILENO, kUsage);
     return 0;
   }
   if (command == "version" || command == "--version") {
-    Write(STDOUT_FILENO, "sandbox " SANDBOX_VERSION "\n");
+    sandbox::cli::WriteAll(STDOUT_FILENO, "sandbox " SANDBOX_VERSION "\n");
     return 0;
   }
   if (command == "run") {
@@ -70,10 +62,10 @@ int main(int argc, char** argv) {
     return sandbox::cli::GcCommand(std::span<const std::string>(args).subspan(1));
   }
   if (command == "mcp" || command == "image") {
-    Write(STDERR_FILENO, "sandbox " + command + ": not available in this build yet\n");
+    sandbox::cli::WriteAll(STDERR_FILENO, "sandbox " + command + ": not available in this build yet\n");
     return sandbox::cli::kExitSandboxFailed;
   }
-  Write(STDERR_FILENO, "sandbox: unknown command '" + command + "'\n\n");
-  Write(STDERR_FILENO, kUsage);
+  sandbox::cli::WriteAll(STDERR_FILENO, "sandbox: unknown command '" + command + "'\n\n");
+  sandbox::cli::WriteAll(STDERR_FILENO, kUsage);
   return sandbox::cli::kExitSandboxFailed;
 }

@@ -88,29 +88,6 @@ class SignalWatcher {
   std::thread thread_;  // last: starts after the members it uses exist
 };
 
-// Writes all of `data` to `fd`, waiting out EINTR and a non-blocking fd.
-// False when the reader is gone or the write fails.
-bool WriteAll(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t written = write(fd, data.data(), data.size());
-    if (written > 0) {
-      data.remove_prefix(static_cast<std::size_t>(written));
-    } else if (written < 0 && errno == EINTR) {
-      continue;
-    } else if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd waiter{.fd = fd, .events = POLLOUT, .revents = 0};
-      poll(&waiter, 1, -1);
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
-void PrintError(std::string_view message) {
-  WriteAll(STDERR_FILENO, "sandbox: " + std::string(message) + "\n");
-}
-
 // The CLI's standard input, read to its end unless it is a terminal (then the
 // command gets none). A closed fd 0 counts as empty.
 Expected<std::string> ReadStandardInput() {
@@ -250,6 +227,27 @@ int ExitStatusOf(const Result& result) {
 }
 
 }  // namespace
+
+bool WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t written = write(fd, data.data(), data.size());
+    if (written > 0) {
+      data.remove_prefix(static_cast<std::size_t>(written));
+    } else if (written < 0 && errno == EINTR) {
+      continue;
+    } else if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd waiter{.fd = fd, .events = POLLOUT, .revents = 0};
+      poll(&waiter, 1, -1);
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+void PrintError(std::string_view message) {
+  WriteAll(STDERR_FILENO, "sandbox: " + std::string(message) + "\n");
+}
 
 void BlockTerminationSignals() {
   const sigset_t set = TerminationSignals();

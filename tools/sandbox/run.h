@@ -4,12 +4,20 @@
 
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace sandbox::cli {
 
 // Exit statuses of the CLI beyond the command's own (DESIGN.md section 7).
 inline constexpr int kExitTimedOut = 124;       // the sandbox's timeout killed the command
 inline constexpr int kExitSandboxFailed = 125;  // the sandbox itself failed, or bad usage
+
+// Writes all of `data` to `fd`, waiting out EINTR and a non-blocking fd.
+// False when the reader is gone or the write fails.
+bool WriteAll(int fd, std::string_view data);
+
+// Writes "sandbox: MESSAGE\n" to stderr.
+void PrintError(std::string_view message);
 
 // Blocks SIGINT, SIGTERM and SIGHUP in the calling thread. main() calls it
 // first, before any thread exists, so every thread inherits the mask and only
