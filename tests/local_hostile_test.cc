@@ -72,8 +72,8 @@ TEST(LocalHostile, NoCgroupStaysPopulatedAfterExec) {
   auto sb = MakeLocal(dir.path());
   ASSERT_NE(sb, nullptr);
   std::string marker = UniqueMarker();
-  auto result = sb->Exec({}, Command{.path = "/bin/sh",
-                                     .args = {"-c", "setsid sleep " + marker + " & echo ok"}});
+  auto result = sb->Exec(
+      {}, Command{.path = "/bin/sh", .args = {"-c", "setsid sleep " + marker + " & echo ok"}});
   ASSERT_TRUE(result);
   EXPECT_EQ(result->stdout_data, "ok\n");
   auto pool = os::CgroupPool::Shared();
@@ -99,7 +99,8 @@ TEST(LocalHostile, DestroyingTheSandboxKillsLiveProcessesAndSessions) {
   {
     auto sb = MakeLocal(dir.path());
     ASSERT_NE(sb, nullptr);
-    auto started = As<ProcessHost>(*sb)->StartProcess({}, Command{.path = "sleep", .args = {marker}});
+    auto started =
+        As<ProcessHost>(*sb)->StartProcess({}, Command{.path = "sleep", .args = {marker}});
     ASSERT_TRUE(started);
     process = std::move(*started);
     auto opened = As<Sessioner>(*sb)->NewSession({});
@@ -113,6 +114,35 @@ TEST(LocalHostile, DestroyingTheSandboxKillsLiveProcessesAndSessions) {
   auto after = session->Exec({}, Command{.path = "true"});
   ASSERT_FALSE(after);
   EXPECT_EQ(after.error().code(), Error::Code::Unavailable);
+}
+
+// A session keeps its per-call FIFOs in a private directory under TMPDIR; a
+// call that ends the session (a timeout, the shell exiting) must not leave
+// that directory behind.
+TEST(LocalHostile, SessionsThatDieLeaveNoPrivateDirectoryBehind) {
+  SANDBOX_SKIP_UNLESS_AVAILABLE("local");
+  TempDir dir, tmp;
+  const char* old_tmpdir = getenv("TMPDIR");
+  std::string saved = old_tmpdir ? old_tmpdir : "";
+  ASSERT_EQ(setenv("TMPDIR", tmp.path().c_str(), 1), 0);
+  {
+    auto sb = MakeLocal(dir.path());
+    ASSERT_NE(sb, nullptr);
+    for (const char* script : {"sleep 5", "exit 3"}) {
+      auto opened = As<Sessioner>(*sb)->NewSession({});
+      ASSERT_TRUE(opened) << opened.error().ToString();
+      EXPECT_EQ(std::distance(std::filesystem::directory_iterator(tmp.path()), {}), 1);
+      auto result = (*opened)->Exec(
+          {}, Command{.path = "eval", .args = {script}, .timeout = std::chrono::milliseconds(200)});
+      EXPECT_FALSE(result && result->exit_code == 0) << script;
+      ASSERT_FALSE((*opened)->Exec({}, Command{.path = "true"})) << script;  // the session is dead
+      EXPECT_EQ(std::distance(std::filesystem::directory_iterator(tmp.path()), {}), 0) << script;
+    }
+  }
+  if (old_tmpdir)
+    setenv("TMPDIR", saved.c_str(), 1);
+  else
+    unsetenv("TMPDIR");
 }
 
 TEST(LocalOptionsTest, RejectsBadOptionsWithClearErrors) {

@@ -25,8 +25,8 @@ using Clock = std::chrono::steady_clock;
 // makes a non-interactive shell exit, so they run through `command`, which
 // drops that property.
 constexpr std::array<std::string_view, 16> kSpecialBuiltins = {
-    "break", ":", "continue", ".", "eval", "exec", "exit", "export",
-    "readonly", "return", "set", "shift", "times", "trap", "unset", "source"};
+    "break",    ":",      "continue", ".",     "eval",  "exec", "exit",  "export",
+    "readonly", "return", "set",      "shift", "times", "trap", "unset", "source"};
 
 // How many earlier calls' output FIFOs (still held by background jobs) are
 // kept open and drained; older ones are closed.
@@ -56,8 +56,8 @@ bool IsSpecialBuiltin(std::string_view word) {
 
 class LocalSession final : public Session {
  public:
-  LocalSession(std::shared_ptr<const ExecConfig> config, std::unique_ptr<os::ProcessTree> tree, os::Child shell,
-               os::UniqueFd control, os::UniqueFd status, std::string private_dir)
+  LocalSession(std::shared_ptr<const ExecConfig> config, std::unique_ptr<os::ProcessTree> tree,
+               os::Child shell, os::UniqueFd control, os::UniqueFd status, std::string private_dir)
       : config_(std::move(config)),
         tree_(std::move(tree)),
         shell_(std::move(shell)),
@@ -91,6 +91,11 @@ class LocalSession final : public Session {
     status_.reset();
     retired_.clear();
     if (!private_dir_.empty()) {
+      // Calls run one at a time: only the last one's files can be left (a
+      // call that ends the session dies before its own cleanup runs).
+      if (calls_ > 0)
+        for (const char* stream : {"in", "out", "err"})
+          unlink(FifoPath(calls_ - 1, stream).c_str());
       rmdir(private_dir_.c_str());
       private_dir_.clear();
     }
@@ -143,8 +148,8 @@ Expected<std::string> LocalSession::BuildLine(const Command& cmd, unsigned long 
     char target[4096];
     long n = readlink(link, target, sizeof target - 1);
     if (n < 0) return Fail(os::ErrnoError(errno, "readlink", link));
-    body = "( cd -- " + ShellQuote(std::string_view(target, static_cast<std::size_t>(n))) +
-           " && " + words + " )";
+    body = "( cd -- " + ShellQuote(std::string_view(target, static_cast<std::size_t>(n))) + " && " +
+           words + " )";
   }
   std::string in = has_stdin ? ShellQuote(FifoPath(call, "in")) : "/dev/null";
   // Built by appending: GCC 12 flags a chain of operator+ here (-Wrestrict,
@@ -174,7 +179,8 @@ void LocalSession::DrainRetired() {
 Expected<Result> LocalSession::Exec(const Context& ctx, const Command& cmd) {
   std::lock_guard lock(mu_);
   if (closed_ || !dead_reason_.empty())
-    return Fail(Error::Code::Unavailable, dead_reason_.empty() ? "the session is closed" : dead_reason_);
+    return Fail(Error::Code::Unavailable,
+                dead_reason_.empty() ? "the session is closed" : dead_reason_);
   SANDBOX_RETURN_IF_ERROR(ctx.Check());
   if (cmd.path.empty()) return Fail(Error::Code::InvalidArgument, "command path is empty");
   auto has_nul = [](std::string_view s) { return s.find('\0') != std::string_view::npos; };
@@ -403,7 +409,8 @@ Expected<std::unique_ptr<Session>> StartLocalSession(std::shared_ptr<const ExecC
                                                      const Context& ctx, const std::string& shell) {
   SANDBOX_RETURN_IF_ERROR(ctx.Check());
   const char* tmp = getenv("TMPDIR");
-  std::string dir_template = std::string(tmp && *tmp == '/' ? tmp : "/tmp") + "/sandbox-session-XXXXXX";
+  std::string dir_template =
+      std::string(tmp && *tmp == '/' ? tmp : "/tmp") + "/sandbox-session-XXXXXX";
   if (!mkdtemp(dir_template.data())) return Fail(os::ErrnoError(errno, "mkdtemp", dir_template));
   std::string private_dir = dir_template;
   struct DirGuard {
@@ -444,9 +451,9 @@ Expected<std::unique_ptr<Session>> StartLocalSession(std::shared_ptr<const ExecC
     return Fail(Error::Code::Unavailable,
                 "cannot start the session shell " + shell + ": " + child.error().message());
   }
-  auto session = std::make_unique<LocalSession>(std::move(config), std::move(*tree), std::move(*child),
-                                                std::move(control->write), std::move(status->read),
-                                                private_dir);
+  auto session = std::make_unique<LocalSession>(std::move(config), std::move(*tree),
+                                                std::move(*child), std::move(control->write),
+                                                std::move(status->read), private_dir);
   private_dir.clear();
   return std::unique_ptr<Session>(std::move(session));
 }
