@@ -79,6 +79,9 @@ void ProbeSyscalls() {
   results.push_back({"move_mount", Errno(syscall(SYS_move_mount, -1, bad, -1, bad, 0))});
   results.push_back({"fsopen", Errno(syscall(SYS_fsopen, bad, 0))});
   results.push_back({"setns", Errno(syscall(SYS_setns, -1, 0))});
+  // Allowed through the filter (the agent enters its commands' PID
+  // namespace this way); the bad fd fails it.
+  results.push_back({"setns_newpid", Errno(syscall(SYS_setns, -1, CLONE_NEWPID))});
   results.push_back({"unshare_newuser", Errno(syscall(SYS_unshare, CLONE_NEWUSER | 0x1))});
   results.push_back(
       {"clone_newuser", Errno(syscall(SYS_clone, CLONE_NEWUSER | CLONE_THREAD, 0, 0, 0, 0))});
@@ -452,6 +455,7 @@ TEST(NamespaceBoundary, BlockedSyscallsFailWithEpermAllowedOnesDoNot) {
   EXPECT_EQ(kv["clone3"], std::to_string(ENOSYS));
   EXPECT_EQ(kv["personality_query"], "0");
   EXPECT_EQ(kv["unshare_newpid_badflag"], std::to_string(EINVAL));
+  EXPECT_EQ(kv["setns_newpid"], std::to_string(EBADF));
   EXPECT_EQ(kv["prlimit_self_read"], std::to_string(EFAULT));  // allowed: the bad pointer faults
   // PID 1 (the agent) keeps CAP_SYS_ADMIN in its namespace for this.
   EXPECT_EQ(kv["unshare_newpid"], "0");

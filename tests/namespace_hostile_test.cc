@@ -9,8 +9,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backends.h"
 #include "sandbox/namespace.h"
@@ -59,8 +64,9 @@ TEST_F(NamespaceHostileTest, ReportsProcessIsolationWithoutNetwork) {
 }
 
 TEST_F(NamespaceHostileTest, CommandsHoldNoCapabilityAtAll) {
-  Result caps = Sh("grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status; "
-                   "grep -E '^NoNewPrivs|^Seccomp:' /proc/self/status");
+  Result caps =
+      Sh("grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb)' /proc/self/status; "
+         "grep -E '^NoNewPrivs|^Seccomp:' /proc/self/status");
   EXPECT_EQ(caps.stdout_data,
             "CapInh:\t0000000000000000\n"
             "CapPrm:\t0000000000000000\n"
@@ -89,8 +95,8 @@ TEST_F(NamespaceHostileTest, FilesCreatedInTheWorkspaceBelongToTheInvokingUser) 
 }
 
 TEST_F(NamespaceHostileTest, TheAgentReapsThousandsOfOrphans) {
-  Result spawn = Sh(
-      "i=0; while [ $i -lt 1000 ]; do sh -c 'true & true &'; i=$((i+1)); done; echo spawned");
+  Result spawn =
+      Sh("i=0; while [ $i -lt 1000 ]; do sh -c 'true & true &'; i=$((i+1)); done; echo spawned");
   EXPECT_EQ(spawn.stdout_data, "spawned\n");
   // /proc inside shows every process of the boundary.
   std::string zombies;
@@ -107,7 +113,8 @@ TEST_F(NamespaceHostileTest, CloseLeavesNoProcessBehind) {
   auto* host = As<ProcessHost>(*sandbox_);
   ASSERT_NE(host, nullptr);
   auto process = host->StartProcess(
-      {}, Command{.path = "/bin/sh", .args = {"-c", "setsid sleep " + marker + " & sleep " + marker}});
+      {},
+      Command{.path = "/bin/sh", .args = {"-c", "setsid sleep " + marker + " & sleep " + marker}});
   ASSERT_TRUE(process) << process.error().ToString();
   for (int i = 0; i < 100 && CountProcessesWithArg(marker) < 2; ++i)
     std::this_thread::sleep_for(milliseconds(10));
@@ -139,15 +146,100 @@ TEST_F(NamespaceHostileTest, AForkBombStopsAtThePidsLimit) {
   // Forks fail once the boundary holds 64 tasks (the agent's included).
   // The subshell dies at the first failed fork; its sleeps live on, and are
   // counted with builtins only (no fork is left to spare).
-  Result bomb = Sh("( i=0; while [ $i -lt 200 ]; do sleep 5 & i=$((i+1)); done ) 2>/dev/null; "
-                   "n=0; for f in /proc/[0-9]*/comm; do read c < $f; "
-                   "[ \"$c\" = sleep ] && n=$((n+1)); done 2>/dev/null; echo $n",
-                   std::chrono::seconds(20));
+  Result bomb =
+      Sh("( i=0; while [ $i -lt 200 ]; do sleep 5 & i=$((i+1)); done ) 2>/dev/null; "
+         "n=0; for f in /proc/[0-9]*/comm; do read c < $f; "
+         "[ \"$c\" = sleep ] && n=$((n+1)); done 2>/dev/null; echo $n",
+         std::chrono::seconds(20));
   ASSERT_FALSE(bomb.timed_out);
   int started = std::atoi(bomb.stdout_data.c_str());
   EXPECT_GT(started, 0);
   EXPECT_LT(started, 64);
   EXPECT_EQ(Sh("echo alive").stdout_data, "alive\n");
+}
+
+// Commands share the agent's uid. They run in a PID namespace below the
+// agent's, so no pid they can name is the agent's: signalling every pid they
+// can, and every process at once, leaves it serving.
+TEST_F(NamespaceHostileTest, CommandsCannotSignalTheAgent) {
+  Result attack =
+      Sh("kill -KILL -1; i=1; while [ $i -le 400 ]; do "
+         "[ $i -ne $$ ] && kill -KILL $i 2>/dev/null; i=$((i+1)); done; echo sent");
+  EXPECT_EQ(attack.stdout_data, "sent\n");
+  EXPECT_EQ(Sh("echo alive").stdout_data, "alive\n");
+  // What they see of it through /proc (the boundary's PID namespace: PID 1
+  // the init, PID 2 the agent) stays closed: both are non-dumpable, so no fd
+  // of theirs (the delegated cgroup's among them) can be followed or opened.
+  Result peek =
+      Sh("tr '\\0' ' ' < /proc/2/cmdline; echo; for p in 1 2 self; do "
+         "n=0; for f in /proc/$p/fd/*; do readlink $f >/dev/null 2>&1 && n=$((n+1)); "
+         "( : < $f ) 2>/dev/null && n=$((n+1)); ls $f/ >/dev/null 2>&1 && n=$((n+1)); done; "
+         "echo fd$p=$n; "
+         "head -c1 /proc/$p/environ >/dev/null 2>&1 && echo env$p=open || "
+         "echo env$p=denied; done");
+  EXPECT_EQ(peek.stdout_data.substr(0, 14), "sandbox-agent ") << peek.stdout_data;
+  EXPECT_NE(peek.stdout_data.find("\nfd1=0\nenv1=denied\nfd2=0\nenv2=denied\nfdself="),
+            std::string::npos)
+      << peek.stdout_data;
+  // The same probes do reach the command's own fds and environment.
+  EXPECT_EQ(peek.stdout_data.find("fdself=0\n"), std::string::npos) << peek.stdout_data;
+  EXPECT_TRUE(peek.stdout_data.ends_with("envself=open\n")) << peek.stdout_data;
+}
+
+// The cgroup v2 directory of this process (in the hierarchy's mount), or "".
+std::string OwnCgroup2Dir() {
+  std::ifstream mounts("/proc/self/mountinfo");
+  std::string line, mount_point;
+  while (std::getline(mounts, line)) {
+    auto dash = line.find(" - cgroup2 ");
+    if (dash == std::string::npos) continue;
+    std::istringstream head(line.substr(0, dash));
+    std::string id, parent, dev, root;
+    head >> id >> parent >> dev >> root >> mount_point;
+    break;
+  }
+  std::ifstream cgroup("/proc/self/cgroup");
+  while (std::getline(cgroup, line))
+    if (line.rfind("0::", 0) == 0 && !mount_point.empty())
+      return mount_point + (line == "0::/" ? "" : line.substr(3));
+  return "";
+}
+
+// Every delegated cgroup ("d<N>") in this process's cgroup pool.
+std::vector<std::string> DelegatedCgroups() {
+  std::vector<std::string> found;
+  std::string own = OwnCgroup2Dir();
+  std::error_code ec;
+  for (const auto& pool : std::filesystem::directory_iterator(own, ec)) {
+    std::string name = pool.path().filename().string();
+    if (name.rfind("sandbox.", 0) != 0 || !name.ends_with("." + std::to_string(getpid()))) continue;
+    for (const auto& child : std::filesystem::directory_iterator(pool.path(), ec))
+      if (child.path().filename().string().rfind("d", 0) == 0) found.push_back(child.path());
+  }
+  return found;
+}
+
+// As root the boundary delegates a cgroup v2 to the agent, which contains each
+// command in a cgroup of its own there; commands see only that subtree (their
+// cgroup namespace is rooted at the delegated cgroup), and Close removes it.
+TEST_F(NamespaceHostileTest, AsRootEachCommandRunsInACgroupOfTheDelegatedOne) {
+  if (geteuid() != 0) GTEST_SKIP() << "delegation needs a writable cgroup v2 (root here)";
+  EXPECT_NE(sandbox_->GetCapabilities().detail.find("a delegated cgroup per command"),
+            std::string::npos)
+      << sandbox_->GetCapabilities().detail;
+  Result cgroup = Sh("grep '^0::' /proc/self/cgroup");
+  EXPECT_TRUE(std::regex_match(cgroup.stdout_data, std::regex("0::/t[0-9]+\n")))
+      << cgroup.stdout_data;
+  // A setsid'd, double-forked process is killed with the command's tree.
+  std::string marker = UniqueMarker();
+  Result escape = Sh("(setsid sleep " + marker + " &) ; echo started");
+  EXPECT_EQ(escape.stdout_data, "started\n");
+  EXPECT_EQ(WaitForNoProcessesWithArg(marker, 2000), 0);
+  std::vector<std::string> delegated = DelegatedCgroups();
+  ASSERT_FALSE(delegated.empty());
+  ASSERT_TRUE(sandbox_->Close());
+  for (const std::string& dir : delegated)
+    EXPECT_FALSE(std::filesystem::exists(dir)) << dir << " is left behind";
 }
 
 }  // namespace

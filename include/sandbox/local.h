@@ -47,6 +47,19 @@ struct LocalOptions {
                     // (CAP_SYS_ADMIN in this process's user namespace)
   };
   Containment containment = Containment::kAuto;
+  // A cgroup v2 directory (an fd, borrowed: NewLocalSandbox dups it) in which
+  // each command's tree gets a cgroup of its own, for a process that cannot
+  // reach the cgroup hierarchy by path (the agent of a boundary, handed one
+  // by its host). -1: none. With kAuto or kCgroup only.
+  int cgroup_dir_fd = -1;
+  // With cgroup containment: start every command in one PID namespace made
+  // for this sandbox below this process, so that commands can neither see
+  // nor signal this process, which they may share a uid with (the agent).
+  // Needs CAP_SYS_ADMIN in this process's user namespace. The namespace dies
+  // with the sandbox, and with the thread that created the sandbox
+  // (PR_SET_PDEATHSIG): create it on a thread that lives as long as the
+  // sandbox. Ignored when each command gets a PID namespace of its own.
+  bool shared_pid_namespace = false;
 
   // Start every command with no capability at all: empty sets, an empty
   // bounding set and locked securebits, so that even uid 0 gains nothing at

@@ -3,7 +3,8 @@
 // in any root filesystem. The protocol is in docs/wire.md.
 //
 //   sandbox-agent [--root DIR] [--workdir PATH] [--fd N] [--max-inflight N]
-//                 [--containment auto|cgroup|pidns] [--drop-capabilities]
+//                 [--containment auto|cgroup|pidns] [--cgroup-fd N]
+//                 [--drop-capabilities]
 //
 // The stream is stdin (requests) and stdout (answers), or the socket `--fd N`
 // in both directions. stderr carries diagnostics only. The agent exits 0
@@ -34,13 +35,17 @@ void Say(std::string_view line) {
 
 constexpr std::string_view kUsage =
     "usage: sandbox-agent [--root DIR] [--workdir PATH] [--fd N] [--max-inflight N]\n"
-    "                     [--containment auto|cgroup|pidns] [--drop-capabilities]\n"
+    "                     [--containment auto|cgroup|pidns] [--cgroup-fd N]\n"
+    "                     [--drop-capabilities]\n"
     "  --root DIR          directory that becomes the sandbox root (default: .)\n"
     "  --workdir PATH      absolute directory reported as the workdir (default: the root)\n"
     "  --fd N              serve over the socket N instead of stdin/stdout\n"
     "  --max-inflight N    requests executed at once (default 64)\n"
     "  --containment M     how each command's process tree is contained: a cgroup,\n"
     "                      a PID namespace, or auto (the local backend's choice)\n"
+    "  --cgroup-fd N       if descriptor N is open: a cgroup v2 directory delegated\n"
+    "                      by the host, in which each command's tree gets a cgroup\n"
+    "                      (overrides --containment, which is the fallback)\n"
     "  --drop-capabilities commands start with no capability at all (the agent is\n"
     "                      root of a boundary's user namespace and keeps its own)\n";
 
@@ -78,6 +83,7 @@ int main(int argc, char** argv) {
   local.root = ".";
   sandbox::ServeOptions serve;
   int fd = -1;
+  int cgroup_fd = -1;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     std::string_view value;
@@ -111,6 +117,8 @@ int main(int argc, char** argv) {
       local.containment = value == "cgroup"  ? Containment::kCgroup
                           : value == "pidns" ? Containment::kPidNamespace
                                              : Containment::kAuto;
+    } else if (name == "--cgroup-fd" && take() && ParseNumber(value, number)) {
+      cgroup_fd = number;
     } else if (name == "--drop-capabilities" && !has_inline) {
       local.drop_capabilities = true;
     } else if (name == "--max-inflight" && take() && ParseNumber(value, number) && number > 0) {
@@ -120,6 +128,17 @@ int main(int argc, char** argv) {
       (void)!::write(STDERR_FILENO, kUsage.data(), kUsage.size());
       return 2;
     }
+  }
+
+  // The host passes a delegated cgroup only where it could make one; where
+  // the descriptor is not open, --containment stands. Checked before this
+  // process opens any descriptor of its own; no command may inherit it.
+  if (cgroup_fd >= 0 && ::fcntl(cgroup_fd, F_SETFD, FD_CLOEXEC) == 0) {
+    local.cgroup_dir_fd = cgroup_fd;
+    local.containment = sandbox::LocalOptions::Containment::kAuto;
+    // Commands share the agent's uid: in a PID namespace below the agent they
+    // cannot name it to signal it (this thread lives as long as the agent).
+    local.shared_pid_namespace = true;
   }
 
   int read_fd, write_fd;
@@ -141,6 +160,7 @@ int main(int argc, char** argv) {
   }
 
   auto sandbox = sandbox::NewLocalSandbox(local);
+  if (local.cgroup_dir_fd >= 0) ::close(local.cgroup_dir_fd);  // NewLocalSandbox keeps a copy
   if (!sandbox) {
     Say("cannot serve '" + local.root + "': " + sandbox.error().ToString());
     ::close(read_fd);

@@ -1,11 +1,14 @@
+#include <errno.h>
+#include <fcntl.h>
+
 #include <memory>
 
 #include "local/exec.h"
 #include "local/files.h"
 #include "local/process.h"
 #include "local/session.h"
-#include "os/tree.h"
 #include "os/syscalls.h"
+#include "os/tree.h"
 #include "sandbox/local.h"
 
 namespace sandbox {
@@ -131,11 +134,26 @@ Expected<std::unique_ptr<Sandbox>> NewLocalSandbox(const LocalOptions& options) 
   if (options.containment == LocalOptions::Containment::kCgroup) prefer = os::Containment::kCgroup;
   if (options.containment == LocalOptions::Containment::kPidNamespace)
     prefer = os::Containment::kPidNamespace;
-  auto tree_source = os::ChooseTreeSource(prefer);
+  if (options.cgroup_dir_fd >= 0 && prefer == os::Containment::kPidNamespace)
+    return Fail(Error::Code::InvalidArgument,
+                "cgroup_dir_fd needs cgroup containment, not a PID namespace");
+  auto tree_source = [&]() -> Expected<os::TreeSource> {
+    if (options.cgroup_dir_fd < 0) return os::ChooseTreeSource(prefer);
+    os::UniqueFd dir(fcntl(options.cgroup_dir_fd, F_DUPFD_CLOEXEC, 0));
+    if (!dir) return Fail(os::ErrnoError(errno, "dup", "cgroup_dir_fd"));
+    auto pool = os::CgroupPool::InDirectory(std::move(dir));
+    if (!pool) return Fail(pool.error());
+    return os::TreeSource{os::Containment::kCgroup, std::move(*pool)};
+  }();
   if (!tree_source)
     return Fail(Error::Code::Unsupported,
                 "the local backend must be able to kill every command's whole process tree: " +
                     tree_source.error().message());
+  if (options.shared_pid_namespace && tree_source->containment == os::Containment::kCgroup) {
+    auto reaper = os::StartPidNamespaceReaper();
+    if (!reaper) return Fail(reaper.error());
+    tree_source->pid_namespace = std::make_shared<os::PidNamespaceReaper>(std::move(*reaper));
+  }
 
   auto state = std::make_shared<LocalState>(std::move(*files));
   state->config.files = &state->files;

@@ -161,6 +161,7 @@ Status Boundary::Terminate() {
     if (auto waited = child_.Wait(); !waited && result) result = Fail(waited.error());
   }
   if (Status removed = limits_.Remove(); !removed && result) result = removed;
+  if (Status removed = delegated_.Remove(); !removed && result) result = removed;
   return result;
 }
 
@@ -190,6 +191,19 @@ Expected<Boundary> StartBoundary(const BoundaryConfig& config) {
   if (!limits) return Fail(limits.error());
   boundary.limits_ = std::move(*limits);
   boundary.facts_.cgroups = boundary.limits_.paths();
+
+  if (config.delegate_cgroup && !boundary.limits_.has_v2()) {
+    // Best effort: without it the agent falls back to a PID namespace per
+    // command (still contained, only slower).
+    uid_t owner_uid = root ? config.host_id_base : geteuid();
+    gid_t owner_gid = root ? config.host_id_base : getegid();
+    if (auto pool = os::CgroupPool::Shared()) {
+      if (auto delegated = (*pool)->Delegate(owner_uid, owner_gid)) {
+        boundary.delegated_ = std::move(*delegated);
+        boundary.facts_.delegated_cgroup = boundary.delegated_.path();
+      }
+    }
+  }
 
   auto filter = os::BuildBoundarySeccompFilter();
   if (!filter) return Fail(filter.error());
@@ -250,6 +264,14 @@ Expected<Boundary> StartBoundary(const BoundaryConfig& config) {
   plan.env = config.env.empty() ? std::vector<std::string>{kDefaultPath} : config.env;
   plan.stdio_fd = config.stream_fd;
   plan.stderr_fd = config.stderr_fd;
+  if (boundary.delegated_.valid()) {
+    plan.extra_fd = boundary.delegated_.dir_fd();
+    // What a cgroup delegatee does: make and remove child cgroups, read and
+    // write their files.
+    plan.extra_fd_landlock_access = os::kLandlockFsReadFile | os::kLandlockFsWriteFile |
+                                    os::kLandlockFsReadDir | os::kLandlockFsMakeDir |
+                                    os::kLandlockFsRemoveDir;
+  }
 
   std::optional<Expected<os::StartedChild>> cloned;
   Launcher::Get().Run([&] { cloned.emplace(os::CloneIntoNamespaces(plan)); });
@@ -262,6 +284,10 @@ Expected<Boundary> StartBoundary(const BoundaryConfig& config) {
     SANDBOX_RETURN_IF_ERROR(os::WriteIdMaps(started->pid, plan.uid_map, plan.gid_map, false));
   }
   SANDBOX_RETURN_IF_ERROR(boundary.limits_.AddProcess(started->pid));
+  // Before the child unshares its cgroup namespace: that namespace's root is
+  // then the delegated cgroup, and nothing above it is visible inside.
+  if (boundary.delegated_.valid())
+    SANDBOX_RETURN_IF_ERROR(boundary.delegated_.AddProcess(started->pid));
   SANDBOX_RETURN_IF_ERROR(os::ReleaseAndAwaitExec(*started, plan));
   return boundary;
 }

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "os/cgroup.h"
 #include "os/limits.h"
 #include "os/spawn.h"
 #include "os/unique_fd.h"
@@ -83,6 +84,12 @@ struct BoundaryConfig {
   // lock securebits before exec).
   std::uint64_t agent_capabilities = (std::uint64_t{1} << 21) | (std::uint64_t{1} << 8);
   std::string hostname = "sandbox";
+  // Hand PID 1 a cgroup v2 of its own as fd 3 where this process can make one
+  // (os::CgroupPool::Delegate; not when a limit already holds the boundary in
+  // a cgroup v2): the agent then contains each command's tree in a child
+  // cgroup, far cheaper than a PID namespace per command. Where none can be
+  // made, fd 3 is simply not open. BoundaryFacts::delegated_cgroup says which.
+  bool delegate_cgroup = false;
   // RLIMIT_NOFILE of PID 1 (capped at the host's hard limit). RLIMIT_CORE is 0.
   std::uint64_t max_open_files = 65536;
 };
@@ -94,6 +101,7 @@ struct BoundaryFacts {
   bool idmapped_workspace = false;
   bool root_mode = false;            // the host process is root (ids mapped to a range)
   std::vector<std::string> cgroups;  // host paths of the boundary's cgroups
+  std::string delegated_cgroup;      // host path of the cgroup handed to PID 1, or ""
 };
 
 // A running boundary: owns PID 1 (a pidfd) and every host-side resource
@@ -139,6 +147,7 @@ class Boundary {
 
   os::Child child_;
   os::LimitGroup limits_;
+  os::DelegatedCgroup delegated_;
   BoundaryFacts facts_;
 };
 

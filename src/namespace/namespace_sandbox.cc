@@ -3,11 +3,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
-#include <atomic>
-#include <csignal>
 #include <memory>
 
 #include "namespace/boundary.h"
@@ -54,12 +54,14 @@ Expected<std::unique_ptr<Sandbox>> NewNamespaceSandbox(const NamespaceOptions& o
   config.limits = {
       .memory_bytes = options.memory_bytes, .pids = options.pids, .cpus = options.cpus};
   config.program_fd = agent.get();
-  // Each command runs in a PID namespace of its own below the agent, so it
-  // can neither see nor signal the agent (which shares its uid).
-  // Commands drop every capability the agent keeps (CAP_SYS_ADMIN for their
-  // PID namespaces, CAP_SETPCAP to empty their bounding set).
-  config.argv = {"sandbox-agent", "--root", "/workspace", "--workdir", "/workspace",
-                 "--containment", "pidns", "--drop-capabilities"};
+  // Each command's tree is contained in a cgroup of the one the boundary
+  // delegates to the agent (fd 3), or, where none can be made, in a PID
+  // namespace of its own below the agent. Commands drop every capability the
+  // agent keeps (CAP_SYS_ADMIN for those PID namespaces, CAP_SETPCAP to empty
+  // their bounding set).
+  config.delegate_cgroup = true;
+  config.argv = {"sandbox-agent", "--root", "/workspace",    "--workdir", "/workspace",
+                 "--cgroup-fd",   "3",      "--containment", "pidns",     "--drop-capabilities"};
   config.stream_fd = agent_end.get();
   config.stderr_fd = options.agent_stderr_fd;
   auto started = ns::StartBoundary(config);
@@ -73,6 +75,8 @@ Expected<std::unique_ptr<Sandbox>> NewNamespaceSandbox(const NamespaceOptions& o
   detail += facts.root_mode ? ", ids mapped to an unprivileged range, idmapped workspace"
                             : ", rootless (one id mapped)";
   if (!facts.cgroups.empty()) detail += ", cgroup limits";
+  detail += facts.delegated_cgroup.empty() ? ", a PID namespace per command"
+                                           : ", a delegated cgroup per command";
   RemoteOptions remote;
   remote.read_fd = host_end.release();
   remote.write_fd = -1;

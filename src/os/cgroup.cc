@@ -3,9 +3,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -94,6 +96,46 @@ std::string PidNamespaceTag() {
 
 std::string OwnPoolTag() { return PidNamespaceTag() + "." + std::to_string(getpid()); }
 
+// Kills everything in the cgroup `name` under `parent_fd`, then removes it
+// after its child cgroups (depth first; a delegated cgroup holds the trees
+// its agent made). Best effort: returns false if it could not be removed.
+bool RemoveCgroupTree(int parent_fd, const char* name, int depth = 0) {
+  int raw = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (raw < 0) return errno == ENOENT;
+  UniqueFd dir_fd(raw);
+  if (depth == 0) {
+    // cgroup.kill kills the whole subtree at once.
+    UniqueFd kill_fd(openat(raw, "cgroup.kill", O_WRONLY | O_CLOEXEC));
+    UniqueFd events(openat(raw, "cgroup.events", O_RDONLY | O_CLOEXEC));
+    if (kill_fd && events && ReadPopulated(events.get())) {
+      (void)WriteKill(kill_fd.get());
+      WaitEmpty(events.get(), 500);
+    }
+  }
+  // Bounded: cgroup nesting is bounded by the kernel, and ours is 2 deep.
+  if (depth < 8) {
+    int listing = fcntl(raw, F_DUPFD_CLOEXEC, 0);
+    if (DIR* children = listing >= 0 ? fdopendir(listing) : nullptr) {
+      while (dirent* child = readdir(children)) {
+        if (child->d_type != DT_DIR || child->d_name[0] == '.') continue;
+        RemoveCgroupTree(raw, child->d_name, depth + 1);
+      }
+      closedir(children);
+    } else if (listing >= 0) {
+      close(listing);
+    }
+  }
+  return unlinkat(parent_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT;
+}
+
+// Unsupported unless `dir` is a cgroup v2 directory with cgroup.kill.
+Status CheckCgroupKill(int dir, const std::string& where) {
+  if (faccessat(dir, "cgroup.kill", F_OK, 0) < 0)
+    return Fail(Error::Code::Unsupported,
+                "the cgroup v2 directory " + where + " has no cgroup.kill (needs Linux >= 5.14)");
+  return {};
+}
+
 }  // namespace
 
 CgroupLease& CgroupLease::operator=(CgroupLease&& other) noexcept {
@@ -167,14 +209,76 @@ Expected<std::shared_ptr<CgroupPool>> CgroupPool::Shared() {
     failure = ErrnoError(errno, "open cgroup", parent_path + "/" + name).message();
     return Fail(Error::Code::Unsupported, failure);
   }
-  if (faccessat(dir, "cgroup.kill", F_OK, 0) < 0) {
+  if (Status has_kill = CheckCgroupKill(dir, "at " + mount); !has_kill) {
     unlinkat(parent_fd.get(), name.c_str(), AT_REMOVEDIR);
     close(dir);
-    failure = "the cgroup v2 hierarchy at " + mount + " has no cgroup.kill (needs Linux >= 5.14)";
+    failure = has_kill.error().message();
     return Fail(Error::Code::Unsupported, failure);
   }
   pool = std::make_shared<CgroupPool>(parent_path + "/" + name, UniqueFd(dir));
   return pool;
+}
+
+Expected<std::shared_ptr<CgroupPool>> CgroupPool::InDirectory(UniqueFd dir) {
+  struct statfs fs;
+  if (!dir || fstatfs(dir.get(), &fs) != 0 || fs.f_type != CGROUP2_SUPER_MAGIC)
+    return Fail(Error::Code::Unsupported, "the given directory is not a cgroup v2 directory");
+  SANDBOX_RETURN_IF_ERROR(CheckCgroupKill(dir.get(), "given"));
+  return std::make_shared<CgroupPool>("", std::move(dir));
+}
+
+Expected<DelegatedCgroup> CgroupPool::Delegate(uid_t uid, gid_t gid) {
+  std::string name;
+  {
+    std::lock_guard lock(mu_);
+    name = "d" + std::to_string(next_delegated_id_++);
+  }
+  std::string where = path_ + "/" + name;
+  if (mkdirat(dir_.get(), name.c_str(), 0755) < 0)
+    return Fail(ErrnoError(errno, "mkdir cgroup", where));
+  UniqueFd dir(openat(dir_.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) {
+    Status failed = Fail(ErrnoError(errno, "open cgroup", where));
+    unlinkat(dir_.get(), name.c_str(), AT_REMOVEDIR);
+    return Fail(failed.error());
+  }
+  DelegatedCgroup delegated(shared_from_this(), name, where, std::move(dir));
+  // The delegation the cgroup v2 documentation describes: the directory and
+  // the files through which a delegatee manages its subtree.
+  for (const char* file : {"", "cgroup.procs", "cgroup.threads", "cgroup.subtree_control"}) {
+    if (fchownat(delegated.dir_fd(), file, uid, gid, *file ? 0 : AT_EMPTY_PATH) != 0)
+      return Fail(ErrnoError(errno, "chown cgroup", where + "/" + file));
+  }
+  return delegated;
+}
+
+DelegatedCgroup& DelegatedCgroup::operator=(DelegatedCgroup&& other) noexcept {
+  if (this != &other) {
+    (void)Remove();
+    pool_ = std::move(other.pool_);
+    name_ = std::move(other.name_);
+    path_ = std::move(other.path_);
+    dir_ = std::move(other.dir_);
+  }
+  return *this;
+}
+
+Status DelegatedCgroup::AddProcess(pid_t pid) const {
+  UniqueFd procs(openat(dir_.get(), "cgroup.procs", O_WRONLY | O_CLOEXEC));
+  if (!procs) return Fail(ErrnoError(errno, "open", path_ + "/cgroup.procs"));
+  std::string text = std::to_string(pid);
+  if (write(procs.get(), text.data(), text.size()) != static_cast<long>(text.size()))
+    return Fail(ErrnoError(errno, "write", path_ + "/cgroup.procs"));
+  return {};
+}
+
+Status DelegatedCgroup::Remove() {
+  if (!dir_) return {};
+  dir_.reset();
+  bool removed = RemoveCgroupTree(pool_->dir_.get(), name_.c_str());
+  pool_.reset();
+  if (!removed) return Fail(ErrnoError(errno, "remove cgroup", path_));
+  return {};
 }
 
 Expected<CgroupLease> CgroupPool::Acquire() {
@@ -218,7 +322,7 @@ CgroupPool::~CgroupPool() {
   }
   // Fails while a lease is still out; the next process's stale-pool sweep
   // removes the directory then.
-  rmdir(path_.c_str());
+  if (!path_.empty()) rmdir(path_.c_str());
 }
 
 void RemoveStalePools(int parent_fd) {
@@ -240,28 +344,7 @@ void RemoveStalePools(int parent_fd) {
     long pid = std::strtol(pid_text.c_str(), &end, 10);
     if (pid <= 0 || *end != '\0') continue;
     if (pid == getpid() || kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
-    int pool = openat(parent_fd, entry->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (pool < 0) continue;
-    DIR* children = fdopendir(pool);
-    if (!children) {
-      close(pool);
-      continue;
-    }
-    while (dirent* child = readdir(children)) {
-      if (child->d_name[0] != 't') continue;
-      int child_dir = openat(pool, child->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (child_dir < 0) continue;
-      UniqueFd child_fd(child_dir);
-      UniqueFd kill_fd(openat(child_dir, "cgroup.kill", O_WRONLY | O_CLOEXEC));
-      UniqueFd events(openat(child_dir, "cgroup.events", O_RDONLY | O_CLOEXEC));
-      if (kill_fd && events && ReadPopulated(events.get())) {
-        WriteKill(kill_fd.get());
-        WaitEmpty(events.get(), 500);
-      }
-      unlinkat(pool, child->d_name, AT_REMOVEDIR);
-    }
-    closedir(children);
-    unlinkat(parent_fd, entry->d_name, AT_REMOVEDIR);
+    RemoveCgroupTree(parent_fd, entry->d_name);
   }
   closedir(dir);
 }

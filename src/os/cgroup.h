@@ -4,6 +4,8 @@
 #ifndef SANDBOX_OS_CGROUP_H_
 #define SANDBOX_OS_CGROUP_H_
 
+#include <sys/types.h>
+
 #include <memory>
 #include <mutex>
 #include <string>
@@ -63,6 +65,8 @@ class CgroupLease {
   UniqueFd events_;
 };
 
+class DelegatedCgroup;
+
 // A pool of cgroups under this process's own cgroup v2 directory
 // (".../sandbox.<pid>/t<N>"). Reuses empty cgroups so a spawn costs no mkdir.
 // Thread-safe.
@@ -72,8 +76,20 @@ class CgroupPool : public std::enable_shared_from_this<CgroupPool> {
   // cgroup v2 directory with cgroup.kill (Linux >= 5.14) exists here.
   static Expected<std::shared_ptr<CgroupPool>> Shared();
 
+  // A pool in the cgroup v2 directory `dir` (taken): for a process that
+  // cannot see the hierarchy by path, such as a boundary's agent given a
+  // DelegatedCgroup. Unsupported unless `dir` is a cgroup v2 directory with
+  // cgroup.kill.
+  static Expected<std::shared_ptr<CgroupPool>> InDirectory(UniqueFd dir);
+
   // Leases an empty cgroup.
   Expected<CgroupLease> Acquire();
+
+  // A new cgroup ("d<N>") whose directory and cgroup.procs, cgroup.threads
+  // and cgroup.subtree_control belong to `uid`/`gid`, so that a process of
+  // those ids may make child cgroups in it and move its own children there
+  // (cgroup v2 delegation).
+  Expected<DelegatedCgroup> Delegate(uid_t uid, gid_t gid);
 
   // The host path of the pool's directory.
   const std::string& path() const { return path_; }
@@ -83,17 +99,61 @@ class CgroupPool : public std::enable_shared_from_this<CgroupPool> {
 
  private:
   friend class CgroupLease;
+  friend class DelegatedCgroup;
   struct Idle {
     std::string name;
     UniqueFd dir, procs, kill, events;
   };
   void Return(Idle idle);
 
-  std::string path_;
+  std::string path_;  // "" for a pool InDirectory: nothing to remove at the end
   UniqueFd dir_;
   std::mutex mu_;
   std::vector<Idle> idle_;
   unsigned long next_id_ = 0;
+  unsigned long next_delegated_id_ = 0;
+};
+
+// A cgroup handed to a boundary (CgroupPool::Delegate): the boundary's agent
+// gets an fd of it and contains every command's tree in a child cgroup it
+// makes there, which costs a command far less than a PID namespace of its
+// own. The agent cannot reach anything above it: it holds only this fd, and
+// no cgroup file system is mounted inside. Move-only; destroying it kills
+// everything inside and removes it with its children.
+class DelegatedCgroup {
+ public:
+  DelegatedCgroup() = default;
+  DelegatedCgroup(DelegatedCgroup&&) noexcept = default;
+  DelegatedCgroup& operator=(DelegatedCgroup&& other) noexcept;
+  DelegatedCgroup(const DelegatedCgroup&) = delete;
+  DelegatedCgroup& operator=(const DelegatedCgroup&) = delete;
+  ~DelegatedCgroup() { (void)Remove(); }
+
+  bool valid() const { return dir_.valid(); }
+  // The directory (O_RDONLY | O_DIRECTORY), to hand to the boundary.
+  int dir_fd() const { return dir_.get(); }
+  const std::string& path() const { return path_; }
+
+  // Moves process `pid` into the cgroup.
+  Status AddProcess(pid_t pid) const;
+
+  // Kills everything inside, then removes the cgroup and every cgroup made
+  // below it. Idempotent.
+  Status Remove();
+
+ private:
+  friend class CgroupPool;
+  DelegatedCgroup(std::shared_ptr<CgroupPool> pool, std::string name, std::string path,
+                  UniqueFd dir)
+      : pool_(std::move(pool)),
+        name_(std::move(name)),
+        path_(std::move(path)),
+        dir_(std::move(dir)) {}
+
+  std::shared_ptr<CgroupPool> pool_;  // keeps the parent directory open
+  std::string name_;
+  std::string path_;
+  UniqueFd dir_;
 };
 
 // Removes the pool directories left by processes that no longer exist

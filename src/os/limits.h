@@ -57,6 +57,12 @@ class LimitGroup {
   ~LimitGroup();
 
   bool empty() const { return dirs_.empty(); }
+  // True when one of the groups is in the cgroup v2 hierarchy.
+  bool has_v2() const {
+    for (const Dir& dir : dirs_)
+      if (dir.version == 2) return true;
+    return false;
+  }
 
   // Moves process `pid` (and so, later, its descendants) into every group.
   Status AddProcess(pid_t pid) const;

@@ -337,6 +337,12 @@ void ApplyLandlock(const ChildPlan& plan, int failure_fd) {
   program.allowed_access = (kLandlockFsExecute | kLandlockFsReadFile) & plan.landlock_handled_fs;
   program.parent_fd = plan.exec_fd;
   if (LandlockAddPathRule(ruleset, &program) != 0) Die(failure_fd, kStepLandlock, errno);
+  if (plan.extra_fd >= 0 && plan.extra_fd_landlock_access != 0) {
+    LandlockPathBeneathAttr extra{};
+    extra.allowed_access = plan.extra_fd_landlock_access & plan.landlock_handled_fs;
+    extra.parent_fd = plan.extra_fd;
+    if (LandlockAddPathRule(ruleset, &extra) != 0) Die(failure_fd, kStepLandlock, errno);
+  }
   if (LandlockRestrictSelf(ruleset) != 0) Die(failure_fd, kStepLandlock, errno);
   close(ruleset);
 }
@@ -351,7 +357,7 @@ struct ChildArgs {
 
 [[noreturn]] void ChildMain(const ChildArgs& args) {
   ChildPlan& plan = *args.plan;
-  const int failure_fd = args.failure_fd;
+  int failure_fd = args.failure_fd;  // moved off fd 3 when extra_fd takes it
 
   // Die with the parent. The credential change below clears this again; it is
   // set once more after it, and the release pipe tells whether the parent
@@ -420,11 +426,25 @@ struct ChildArgs {
   int err_fd = plan.stderr_fd >= 0 ? fcntl(plan.stderr_fd, F_DUPFD_CLOEXEC, 3)
                                    : open("/dev/null", O_WRONLY | O_CLOEXEC);
   if (err_fd < 0) Die(failure_fd, kStepStdio, errno);
+  int extra = plan.extra_fd >= 0 ? fcntl(plan.extra_fd, F_DUPFD_CLOEXEC, 4) : -1;
+  if (plan.extra_fd >= 0 && extra < 0) Die(failure_fd, kStepStdio, errno);
   if (dup2(stdio, 0) < 0 || dup2(stdio, 1) < 0 || dup2(err_fd, 2) < 0)
     Die(failure_fd, kStepStdio, errno);
   // Every other inherited fd (the host's, from any thread) closes at exec.
   if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
     Die(failure_fd, kStepCloseFds, errno);
+  if (extra >= 0) {
+    // fd 3 may be the program's fd or the failure pipe: move them first.
+    if (plan.exec_fd == 3 && (plan.exec_fd = fcntl(3, F_DUPFD_CLOEXEC, 4)) < 0)
+      Die(failure_fd, kStepStdio, errno);
+    if (failure_fd == 3) {
+      int moved = fcntl(3, F_DUPFD_CLOEXEC, 4);
+      if (moved < 0) Die(failure_fd, kStepStdio, errno);
+      failure_fd = moved;
+    }
+    // dup2 leaves fd 3 without O_CLOEXEC: the one fd the program inherits.
+    if (dup2(extra, 3) < 0) Die(failure_fd, kStepStdio, errno);
+  }
 
   if (!plan.seccomp_filter.empty()) {
     struct sock_fprog prog;

@@ -107,6 +107,10 @@ struct ChildPlan {
   std::vector<std::string> env;
   int stdio_fd = -1;   // becomes fds 0 and 1
   int stderr_fd = -1;  // becomes fd 2; -1 for /dev/null inside
+  int extra_fd = -1;   // becomes fd 3, inherited by the program; -1 for none
+  // Landlock rights beneath `extra_fd` (a directory), where the root's rules
+  // cannot name it: a delegated cgroup's directory outside the new root.
+  std::uint64_t extra_fd_landlock_access = 0;
 };
 
 // What the child reports through the error pipe when a step fails.

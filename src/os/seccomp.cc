@@ -73,9 +73,11 @@ std::vector<Rule> Rules() {
     always(name);
   // Entering other namespaces; new user namespaces (the unprivileged door to
   // every CAP_SYS_ADMIN-gated kernel path). CLONE_NEWPID and the other
-  // namespaces stay allowed: the agent runs each command in a PID namespace
-  // of its own.
-  always("setns");
+  // namespaces stay allowed: the agent runs commands in PID namespaces below
+  // its own, and enters such a namespace for its children with
+  // setns(CLONE_NEWPID), which needs CAP_SYS_ADMIN (commands have none) and
+  // can only go down the PID namespace tree.
+  rules.push_back({"setns", EPERM, {SCMP_A1(SCMP_CMP_NE, CLONE_NEWPID)}, "nstype != CLONE_NEWPID"});
   rules.push_back(
       {"clone", EPERM, {SCMP_A0(SCMP_CMP_MASKED_EQ, kNewUser, kNewUser)}, "flags & CLONE_NEWUSER"});
   rules.push_back({"unshare",

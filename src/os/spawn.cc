@@ -2,13 +2,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -20,7 +24,7 @@ namespace sandbox::os {
 // Filled in by a PID-namespace init in a MAP_SHARED page; read by the parent
 // after the ready pipe hangs up (failure) or after the init was reaped.
 struct InitReport {
-  int started;              // 1 once the command runs and the init holds no fd
+  int started;  // 1 once the command runs and the init holds no fd
   int failed_errno;
   const char* failed_step;  // a string literal: same address in the init's copy
   int reported;             // 1 once wait_code/wait_status hold the command's status
@@ -143,6 +147,38 @@ bool MoveFd(int from, int to) {
   }
 }
 
+// Runs in the init of a PidNamespaceReaper (a fork-style copy; raw calls
+// only). Holds no fd and blocks every signal: SIGCHLD is taken with
+// sigwaitinfo, and signals from inside the namespace cannot reach PID 1
+// without a handler.
+[[noreturn]] void RunReaper(int parent_pidfd) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // The parent may have died before prctl took effect: its pidfd is readable.
+  pollfd parent{parent_pidfd, POLLIN, 0};
+  if (poll(&parent, 1, 0) != 0) _exit(0);
+  syscall(SYS_close_range, 0, ~0U, 0);
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  for (;;) {
+    siginfo_t info;
+    for (;;) {
+      std::memset(&info, 0, sizeof info);
+      if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG) != 0 || info.si_pid == 0) break;
+    }
+    // A child that exits after the loop leaves SIGCHLD pending: no wakeup is lost.
+    sigwaitinfo(&chld, nullptr);
+  }
+}
+
+// An fd of this process's own (active) PID namespace, opened once: setns to
+// it returns a thread's children to it. (A pidfd of ourselves is refused by
+// setns(CLONE_NEWPID) here.)
+int OwnPidNamespace() {
+  static const int fd = open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);  // kept for good
+  return fd;
+}
+
 // Reaps `pid` whatever its state, ignoring its status.
 void ReapQuietly(pid_t pid) {
   int status;
@@ -239,8 +275,8 @@ namespace {
 
 Expected<Child> SpawnInNewPidNamespace(const SpawnSpec& spec, ChildPlan& plan,
                                        ExecFailure* failure) {
-  void* page = mmap(nullptr, sizeof(InitReport), PROT_READ | PROT_WRITE,
-                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* page =
+      mmap(nullptr, sizeof(InitReport), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (page == MAP_FAILED) return Fail(ErrnoError(errno, "mmap"));
   auto* report = new (page) InitReport{};
   struct ReportGuard {
@@ -256,8 +292,8 @@ Expected<Child> SpawnInNewPidNamespace(const SpawnSpec& spec, ChildPlan& plan,
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   int pidfd = -1;
-  long pid = syscall(SYS_clone, CLONE_NEWPID | CLONE_PIDFD | SIGCHLD, nullptr, &pidfd, nullptr,
-                     nullptr);
+  long pid =
+      syscall(SYS_clone, CLONE_NEWPID | CLONE_PIDFD | SIGCHLD, nullptr, &pidfd, nullptr, nullptr);
   if (pid == 0) RunInit(&plan, report);
   int clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
@@ -303,6 +339,10 @@ Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure) {
   plan.failed_step = nullptr;
   if (spec.new_pid_namespace) return SpawnInNewPidNamespace(spec, plan, failure);
 
+  // A thread whose children go to another PID namespace cannot create
+  // threads, so the detour lasts just the vfork.
+  if (spec.pid_namespace_fd >= 0 && setns(spec.pid_namespace_fd, CLONE_NEWPID) != 0)
+    return Fail(ErrnoError(errno, "setns(CLONE_NEWPID)"));
   // Block every signal in this thread across vfork so no handler runs in the
   // child while it shares our memory; the child resets dispositions and
   // unblocks before exec.
@@ -314,6 +354,13 @@ Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure) {
   if (pid == 0) RunChild(shared_plan);
   int vfork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (spec.pid_namespace_fd >= 0) {
+    if (setns(OwnPidNamespace(), CLONE_NEWPID) != 0) {
+      // Cannot happen (our own namespace, CAP_SYS_ADMIN proven a moment
+      // ago); this thread would fail every later thread creation.
+      std::abort();
+    }
+  }
   if (pid < 0) return Fail(ErrnoError(vfork_errno, "vfork"));
 
   if (plan.failed_step != nullptr) {
@@ -329,6 +376,36 @@ Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure) {
     return Fail(pidfd.error());
   }
   return Child(pid, std::move(*pidfd));
+}
+
+Expected<PidNamespaceReaper> StartPidNamespaceReaper() {
+  auto parent = PidfdOpen(getpid());
+  if (!parent) return Fail(parent.error());
+  if (OwnPidNamespace() < 0) return Fail(ErrnoError(errno, "open", "/proc/self/ns/pid"));
+  // unshare(CLONE_NEWPID) sends this thread's next child to a new namespace,
+  // as its PID 1; the namespace's fd is then this thread's
+  // pid_for_children. (A pidfd of the init would do for setns too, but needs
+  // ptrace access to it, which a non-dumpable agent without CAP_SYS_PTRACE
+  // lacks for its own children.)
+  if (unshare(CLONE_NEWPID) != 0) return Fail(ErrnoError(errno, "unshare(CLONE_NEWPID)"));
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int pidfd = -1;
+  long pid = syscall(SYS_clone, CLONE_PIDFD | SIGCHLD, nullptr, &pidfd, nullptr, nullptr);
+  if (pid == 0) RunReaper(parent->get());
+  int clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  UniqueFd ns(open("/proc/thread-self/ns/pid_for_children", O_RDONLY | O_CLOEXEC));
+  int ns_errno = errno;
+  // Back to our own namespace for children, or this thread could never
+  // create a thread again.
+  if (setns(OwnPidNamespace(), CLONE_NEWPID) != 0) std::abort();
+  if (pid < 0) return Fail(ErrnoError(clone_errno, "clone into a new PID namespace"));
+  PidNamespaceReaper reaper{Child(static_cast<pid_t>(pid), UniqueFd(pidfd)), std::move(ns)};
+  if (!reaper.ns)
+    return Fail(ErrnoError(ns_errno, "open", "/proc/thread-self/ns/pid_for_children"));
+  return reaper;
 }
 
 std::optional<std::string> FindExecutable(const std::string& name, const std::string& path_list,

@@ -18,16 +18,16 @@ namespace sandbox::os {
 
 // What to run and how. Every fd is borrowed; the child gets copies.
 struct SpawnSpec {
-  std::string exec_path;           // passed to execve (relative to cwd_fd if relative)
-  std::vector<std::string> argv;   // argv[0] first
-  std::vector<std::string> env;    // the complete environment, "KEY=VALUE"
-  int cwd_fd = -1;                 // directory to fchdir into, or -1
-  int stdin_fd = -1;               // become fds 0, 1, 2 of the child
+  std::string exec_path;          // passed to execve (relative to cwd_fd if relative)
+  std::vector<std::string> argv;  // argv[0] first
+  std::vector<std::string> env;   // the complete environment, "KEY=VALUE"
+  int cwd_fd = -1;                // directory to fchdir into, or -1
+  int stdin_fd = -1;              // become fds 0, 1, 2 of the child
   int stdout_fd = -1;
   int stderr_fd = -1;
-  int extra_fd = -1;               // if >= 0, becomes fd 3 of the child
-  int cgroup_procs_fd = -1;        // the child writes "0" here before exec
-  bool new_session = true;         // setsid(): no controlling terminal
+  int extra_fd = -1;         // if >= 0, becomes fd 3 of the child
+  int cgroup_procs_fd = -1;  // the child writes "0" here before exec
+  bool new_session = true;   // setsid(): no controlling terminal
   // Start the command as PID 2 of a new PID namespace under a small init
   // (PID 1) that reaps every orphan and reports the command's wait status.
   // When the command exits, the init exits and the kernel kills everything
@@ -35,6 +35,11 @@ struct SpawnSpec {
   // the whole tree at once. Needs CAP_SYS_ADMIN in the caller's user
   // namespace.
   bool new_pid_namespace = false;
+  // If >= 0: a PID namespace fd (PidNamespaceReaper::ns) the child is born
+  // in, as an ordinary member. The calling thread enters that namespace for
+  // its children just for the spawn, then returns to its own. Needs
+  // CAP_SYS_ADMIN in the namespace's user namespace.
+  int pid_namespace_fd = -1;
   // Drop every capability (and, with CAP_SETPCAP, the bounding set, and lock
   // the securebits) right before exec: for an agent that is root of a user
   // namespace starting commands that must be nothing there.
@@ -93,6 +98,19 @@ struct ExecFailure {
 // (ENOENT), PermissionDenied (EACCES) or InvalidArgument (ENOEXEC) when the
 // program could not be executed, with `failure` filled in.
 Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure = nullptr);
+
+// A new PID namespace whose init only reaps: orphans of the processes later
+// born there (SpawnSpec::pid_namespace_fd = ns) are reaped, and killing the
+// init kills everything in the namespace (as destroying `init` does). The
+// init dies with the thread that started it (PR_SET_PDEATHSIG).
+struct PidNamespaceReaper {
+  Child init;
+  UniqueFd ns;  // the namespace (setns(CLONE_NEWPID) needs no ptrace access to it)
+};
+
+// Starts a PidNamespaceReaper. Needs CAP_SYS_ADMIN in the caller's user
+// namespace and /proc mounted.
+Expected<PidNamespaceReaper> StartPidNamespaceReaper();
 
 // Searches `name` (no '/') in the colon-separated `path_list` for an
 // executable regular file, relative entries resolved from `cwd_fd`. Returns

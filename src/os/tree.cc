@@ -56,6 +56,7 @@ Expected<std::unique_ptr<ProcessTree>> ProcessTree::Create(const TreeSource& sou
     auto lease = source.cgroups->Acquire();
     if (!lease) return Fail(lease.error());
     tree->lease_.emplace(std::move(*lease));
+    tree->pid_namespace_ = source.pid_namespace;
   }
   return tree;
 }
@@ -63,6 +64,7 @@ Expected<std::unique_ptr<ProcessTree>> ProcessTree::Create(const TreeSource& sou
 Expected<Child> ProcessTree::Spawn(SpawnSpec spec, ExecFailure* failure) {
   if (containment_ == Containment::kCgroup) {
     spec.cgroup_procs_fd = lease_->procs_fd();
+    if (pid_namespace_) spec.pid_namespace_fd = pid_namespace_->ns.get();
     return os::Spawn(spec, failure);
   }
   spec.new_pid_namespace = true;

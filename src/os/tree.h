@@ -28,6 +28,10 @@ enum class Containment { kCgroup, kPidNamespace };
 struct TreeSource {
   Containment containment = Containment::kCgroup;
   std::shared_ptr<CgroupPool> cgroups;
+  // kCgroup only, optional: every tree is born in this one PID namespace
+  // below this process (StartPidNamespaceReaper), so that commands can
+  // neither see nor signal this process. Killing it kills them all.
+  std::shared_ptr<PidNamespaceReaper> pid_namespace;
 };
 
 // Picks the containment that works here: a cgroup v2 pool when one is
@@ -59,7 +63,8 @@ class ProcessTree {
   explicit ProcessTree(Containment containment) : containment_(containment) {}
 
   Containment containment_;
-  std::optional<CgroupLease> lease_;  // kCgroup
+  std::shared_ptr<PidNamespaceReaper> pid_namespace_;  // kCgroup: where children are born, or null
+  std::optional<CgroupLease> lease_;                   // kCgroup
   mutable std::mutex mu_;
   UniqueFd init_pidfd_;  // kPidNamespace: a dup of the init's pidfd; guarded by mu_
 };
