@@ -4,6 +4,7 @@
 //
 //   sandbox-agent [--root DIR] [--workdir PATH] [--fd N] [--max-inflight N]
 //                 [--containment auto|cgroup|pidns] [--drop-capabilities]
+//                 [--fence-without-openat2]
 //
 // The stream is stdin (requests) and stdout (answers), or the socket `--fd N`
 // in both directions. stderr carries diagnostics only. The agent exits 0
@@ -42,7 +43,9 @@ constexpr std::string_view kUsage =
     "  --containment M     how each command's process tree is contained: a cgroup,\n"
     "                      a PID namespace, or auto (the local backend's choice)\n"
     "  --drop-capabilities commands start with no capability at all (the agent is\n"
-    "                      root of a boundary's user namespace and keeps its own)\n";
+    "                      root of a boundary's user namespace and keeps its own)\n"
+    "  --fence-without-openat2  where the kernel has no openat2 (gVisor), fence paths\n"
+    "                      by an O_NOFOLLOW walk from pinned directory fds\n";
 
 bool ParseNumber(std::string_view text, int& out) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
@@ -113,6 +116,8 @@ int main(int argc, char** argv) {
                                              : Containment::kAuto;
     } else if (name == "--drop-capabilities" && !has_inline) {
       local.drop_capabilities = true;
+    } else if (name == "--fence-without-openat2" && !has_inline) {
+      local.fence_without_openat2 = true;
     } else if (name == "--max-inflight" && take() && ParseNumber(value, number) && number > 0) {
       serve.max_inflight = static_cast<std::uint32_t>(number);
     } else {
