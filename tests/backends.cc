@@ -50,7 +50,7 @@ Expected<std::unique_ptr<Sandbox>> NewLoopbackRemote(const std::string& workspac
 Expected<std::unique_ptr<Sandbox>> NewContainerSandbox(const std::string& workspace, bool gvisor) {
   DockerOptions options;
   options.workspace = workspace;
-  options.agent_path = SANDBOX_AGENT_PATH;
+  options.agent_path = ContainerAgentPath();
   auto make = [&] { return gvisor ? NewGvisorSandbox(options) : NewDockerSandbox(options); };
   auto made = make();
   if (made || made.error().code() != Error::Code::NotFound) return made;
@@ -129,6 +129,11 @@ std::vector<std::string> AllBackendNames() {
   std::vector<std::string> names;
   for (const auto& backend : AllBackends()) names.push_back(backend.name);
   return names;
+}
+
+std::string ContainerAgentPath() {
+  const char* env = std::getenv("SANDBOX_CONTAINER_AGENT");
+  return env && *env ? env : SANDBOX_AGENT_PATH;
 }
 
 bool BackendRequired(const std::string& backend) {

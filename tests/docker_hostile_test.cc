@@ -58,7 +58,7 @@ class ContainerHostileTest : public ::testing::TestWithParam<std::string> {
       ASSERT_TRUE(sandbox_->Close());
     }
     options.workspace = dir_.path();
-    options.agent_path = SANDBOX_AGENT_PATH;
+    options.agent_path = ContainerAgentPath();
     auto made = gvisor() ? NewGvisorSandbox(options) : NewDockerSandbox(options);
     ASSERT_TRUE(made) << made.error().ToString();
     sandbox_ = std::move(*made);
@@ -149,12 +149,12 @@ TEST_P(ContainerHostileTest, NothingOutsideTheWorkspaceAndScratchIsWritable) {
 }
 
 TEST_P(ContainerHostileTest, TheAgentBinaryCannotBeRewrittenFromInside) {
-  const std::string before = FileBytes(SANDBOX_AGENT_PATH);
+  const std::string before = FileBytes(ContainerAgentPath());
   Result attack = Sh("for e in /proc/[0-9]*/exe /.sandbox/sandbox-agent; do "
                      "(printf x > $e) 2>/dev/null && echo wrote $e; "
                      "(printf x >> $e) 2>/dev/null && echo appended $e; done; echo tried");
   EXPECT_EQ(attack.stdout_data, "tried\n");
-  EXPECT_EQ(FileBytes(SANDBOX_AGENT_PATH), before);
+  EXPECT_EQ(FileBytes(ContainerAgentPath()), before);
   EXPECT_EQ(Sh("echo alive").stdout_data, "alive\n");
 }
 
