@@ -164,7 +164,15 @@ int WalkOpen(int dirfd, const std::string& relative, int flags, mode_t mode) {
     int fd = OpenatNoIntr(current(), name.c_str(), O_PATH | O_NOFOLLOW, 0);
     if (fd < 0) return fd;
     UniqueFd owned(fd);
-    if (int bad = CheckDirectory(fd); bad != 0) return bad;
+    if (int bad = CheckDirectory(fd); bad != 0) {
+      // Swapped for a symlink meanwhile (gVisor's proxy can show the old
+      // entry's type): refused as a symlink, as openat2 would.
+      struct stat st {};
+      if (bad == -ENOTDIR && ::fstatat(current(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          S_ISLNK(st.st_mode))
+        return -ELOOP;
+      return bad;
+    }
     walked.push_back(std::move(owned));
   }
   if (final_name == "." && trailing_slash) trailing_slash = false;
@@ -172,6 +180,19 @@ int WalkOpen(int dirfd, const std::string& relative, int flags, mode_t mode) {
   if (trailing_slash) {
     if (flags & O_CREAT) return -EISDIR;
     final_flags |= O_DIRECTORY;
+  }
+  // What the kernel's openat2 would say of a symlink, socket or FIFO, said
+  // before opening: gVisor's file proxy answers EPERM or ENOENT for them.
+  // (A swap after this check changes only the error: the open below still
+  // never follows a symlink.)
+  if (final_name != "." && final_name != "..") {
+    struct stat st {};
+    if (::fstatat(current(), final_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (S_ISLNK(st.st_mode) && (trailing_slash || !(flags & O_NOFOLLOW))) return -ELOOP;
+      if (!S_ISLNK(st.st_mode) && !S_ISDIR(st.st_mode) && (final_flags & O_DIRECTORY))
+        return -ENOTDIR;
+      if ((S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode)) && !(flags & O_PATH)) return -ENXIO;
+    }
   }
   int fd = OpenatNoIntr(current(), final_name.c_str(), final_flags, (flags & O_CREAT) ? mode : 0);
   if (fd == -ENOTDIR && (trailing_slash || !(flags & O_NOFOLLOW))) {
