@@ -30,14 +30,6 @@ constexpr const char* kPidLabel = "dev.sandbox.pid";
 constexpr const char* kStartLabel = "dev.sandbox.start";
 constexpr const char* kDefaultGvisorRuntime = "runsc";
 
-std::string DefaultAgentPath() {
-  if (const char* env = std::getenv("SANDBOX_AGENT"); env && *env) return env;
-  std::error_code ec;
-  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "sandbox-agent";
-  return (self.parent_path() / "sandbox-agent").string();
-}
-
 // The start time of process `pid` in clock ticks since boot (field 22 of
 // /proc/PID/stat), or "" when there is no such process. With the pid it
 // names one process for good: a reused pid has another start time.
@@ -53,6 +45,21 @@ std::string ProcessStartTime(pid_t pid) {
     if (i == 22) return field;
   }
   return "";
+}
+
+// `text` as a URL query value: everything but [A-Za-z0-9._-] %-escaped.
+std::string QueryEscape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') {
+      out += c;
+    } else {
+      char hex[4];
+      std::snprintf(hex, sizeof hex, "%%%02X", static_cast<unsigned char>(c));
+      out += hex;
+    }
+  }
+  return out;
 }
 
 // Removes a container (and its anonymous volumes), killing it if it runs.
@@ -398,25 +405,10 @@ Status BuildDockerImage(const std::string& rootfs, const std::string& tag,
   if (!tar) return Fail(Error(tar.error().code(), "run tar: " + tar.error().message()));
   pipe->write.reset();
   const int tar_out = pipe->read.get();
-  std::string labels = json{{kDockerLabel, "image"}}.dump();
   std::string changes = "LABEL " + std::string(kDockerLabel) + "=image";
-  // The query's values: curl-escaped by hand for the few characters used.
-  auto escape = [](const std::string& text) {
-    std::string out;
-    for (char c : text) {
-      if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') {
-        out += c;
-      } else {
-        char hex[4];
-        std::snprintf(hex, sizeof hex, "%%%02X", static_cast<unsigned char>(c));
-        out += hex;
-      }
-    }
-    return out;
-  };
   auto response = engine->Upload(
-      "/images/create?fromSrc=-&repo=" + escape(repo) + "&tag=" + escape(version) +
-          "&changes=" + escape(changes),
+      "/images/create?fromSrc=-&repo=" + QueryEscape(repo) + "&tag=" + QueryEscape(version) +
+          "&changes=" + QueryEscape(changes),
       "application/x-tar",
       [tar_out](char* buffer, std::size_t size) -> long {
         for (;;) {
@@ -444,17 +436,7 @@ Expected<int> RemoveDockerLeftovers(const std::string& docker_host) {
   auto engine = Engine::Connect(docker_host);
   if (!engine) return Fail(engine.error());
   std::string filters = json{{"label", json::array({kDockerLabel})}}.dump();
-  std::string escaped;
-  for (char c : filters) {
-    if (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_') {
-      escaped += c;
-    } else {
-      char hex[4];
-      std::snprintf(hex, sizeof hex, "%%%02X", static_cast<unsigned char>(c));
-      escaped += hex;
-    }
-  }
-  auto listed = engine->Request("GET", "/containers/json?all=1&filters=" + escaped);
+  auto listed = engine->Request("GET", "/containers/json?all=1&filters=" + QueryEscape(filters));
   if (!listed) return Fail(listed.error());
   auto containers = json::parse(listed->body, nullptr, false);
   if (listed->status != 200 || !containers.is_array())

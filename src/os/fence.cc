@@ -169,7 +169,7 @@ int WalkOpen(int dirfd, const std::string& relative, int flags, mode_t mode) {
       // entry's type): refused as a symlink, as openat2 would.
       struct stat st {};
       if (bad == -ENOTDIR && ::fstatat(current(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-          S_ISLNK(st.st_mode))
+          (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)))
         return -ELOOP;
       return bad;
     }
@@ -197,9 +197,10 @@ int WalkOpen(int dirfd, const std::string& relative, int flags, mode_t mode) {
   int fd = OpenatNoIntr(current(), final_name.c_str(), final_flags, (flags & O_CREAT) ? mode : 0);
   if (fd == -ENOTDIR && (trailing_slash || !(flags & O_NOFOLLOW))) {
     // A symlink where a directory was wanted: the fence's refusal is ELOOP.
+    // A directory seen now was swapped back since: it was a symlink then.
     struct stat st {};
     if (::fstatat(current(), final_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-        S_ISLNK(st.st_mode))
+        (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)))
       return -ELOOP;
   }
   if (fd < 0) return fd;
