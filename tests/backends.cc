@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "os/tree.h"
+#include "sandbox/docker.h"
 #include "sandbox/local.h"
 #include "sandbox/namespace.h"
 #include "sandbox/remote.h"
@@ -42,6 +43,19 @@ Expected<std::unique_ptr<Sandbox>> NewLoopbackRemote(const std::string& workspac
     return {};
   };
   return NewRemoteSandbox(std::move(options));
+}
+
+// A docker or gvisor sandbox on the default image, which is built (from the
+// host's busybox) the first time a test finds it missing.
+Expected<std::unique_ptr<Sandbox>> NewContainerSandbox(const std::string& workspace, bool gvisor) {
+  DockerOptions options;
+  options.workspace = workspace;
+  options.agent_path = ContainerAgentPath();
+  auto make = [&] { return gvisor ? NewGvisorSandbox(options) : NewDockerSandbox(options); };
+  auto made = make();
+  if (made || made.error().code() != Error::Code::NotFound) return made;
+  SANDBOX_RETURN_IF_ERROR(BuildDockerImage("", ""));
+  return make();
 }
 
 }  // namespace
@@ -89,6 +103,18 @@ const std::vector<BackendUnderTest>& AllBackends() {
             return NewNamespaceSandbox(options);
           },
       },
+      {
+          // The agent as the entrypoint of a runc container (Docker Engine API).
+          "docker",
+          [] { return DockerUnavailableReason(); },
+          [](const std::string& workspace) { return NewContainerSandbox(workspace, false); },
+      },
+      {
+          // The same under gVisor's runsc runtime.
+          "gvisor",
+          [] { return DockerUnavailableReason("runsc"); },
+          [](const std::string& workspace) { return NewContainerSandbox(workspace, true); },
+      },
   };
   return backends;
 }
@@ -103,6 +129,11 @@ std::vector<std::string> AllBackendNames() {
   std::vector<std::string> names;
   for (const auto& backend : AllBackends()) names.push_back(backend.name);
   return names;
+}
+
+std::string ContainerAgentPath() {
+  const char* env = std::getenv("SANDBOX_CONTAINER_AGENT");
+  return env && *env ? env : SANDBOX_AGENT_PATH;
 }
 
 bool BackendRequired(const std::string& backend) {

@@ -31,6 +31,12 @@ const std::vector<BackendUnderTest>& AllBackends();
 const BackendUnderTest& FindBackend(const std::string& name);
 std::vector<std::string> AllBackendNames();
 
+// The static agent the docker and gvisor backends mount into containers:
+// $SANDBOX_CONTAINER_AGENT when set (the sanitizer builds point it at the
+// normal build's static agent, theirs being dynamically linked against
+// runtimes no image has), else the agent built with the tests.
+std::string ContainerAgentPath();
+
 // True when SANDBOX_REQUIRE_BACKENDS (comma-separated) names `backend`.
 bool BackendRequired(const std::string& backend);
 

@@ -443,18 +443,23 @@ INSTANTIATE_TEST_SUITE_P(
         UsageErrorCase{{"run", "--backend", "local", "--rootfs", "/", "--", "true"},
                        "sandbox: --rootfs needs the namespace backend; the local backend runs "
                        "on the host's root"},
-        UsageErrorCase{{"run", "--isolation", "kernel", "--", "true"},
-                       "sandbox: --isolation kernel needs the gvisor backend (Docker with "
-                       "runsc), which this build does not have yet"},
+        UsageErrorCase{{"run", "--backend", "docker", "--rootfs", "/", "--", "true"},
+                       "sandbox: --rootfs is for the namespace backend; the docker backend runs "
+                       "an image (build one from a root filesystem with `sandbox image build "
+                       "--rootfs DIR`, then pass --image)"},
+        UsageErrorCase{{"run", "--backend", "local", "--image", "x", "--", "true"},
+                       "sandbox: --image needs the docker or gvisor backend (--backend docker)"},
         UsageErrorCase{{"run", "--isolation", "vm", "--", "true"}, ""},
         UsageErrorCase{{"run", "--backend", "local", "--isolation", "process", "--", "true"}, ""},
-        UsageErrorCase{{"run", "--backend", "docker", "--", "true"}, ""},
-        UsageErrorCase{{"run", "--backend", "gvisor", "--", "true"}, ""},
         UsageErrorCase{{"run", "--backend", "microvm", "--", "true"}, ""},
         UsageErrorCase{{"mcp"}, "sandbox mcp: not available in this build yet"},
         UsageErrorCase{{"doctor", "extra"}, "sandbox: doctor takes no arguments (got 'extra')"},
         UsageErrorCase{{"gc", "extra"}, "sandbox: gc takes no arguments (got 'extra')"},
-        UsageErrorCase{{"image"}, "sandbox image: not available in this build yet"},
+        UsageErrorCase{{"image", "frob"},
+                       "sandbox: image: unknown subcommand 'frob' (expected build)"},
+        UsageErrorCase{{"image", "build", "--bogus"},
+                       "sandbox: image build: unknown argument '--bogus'"},
+        UsageErrorCase{{"image", "build", "--tag"}, "sandbox: image build: --tag needs a value"},
         UsageErrorCase{{"frobnicate"}, ""}, UsageErrorCase{{}, ""}));
 
 TEST_F(CliTest, BackendLocalAndIsolationNoneAreAccepted) {
@@ -568,12 +573,30 @@ TEST_F(CliTest, IsolationNoneChoosesLocalAndProcessChoosesNamespace) {
   EXPECT_EQ(nlohmann::json::parse(process.out)["backend"], "namespace");
 }
 
+TEST_F(CliTest, BackendDockerRunsAndIsolationKernelChoosesGvisor) {
+  SANDBOX_SKIP_UNLESS_AVAILABLE("docker");
+  // The default image exists once the backend's factory has run.
+  ASSERT_TRUE(::sandbox::testing::FindBackend("docker").make(workspace_.path()));
+  CliRun docker = Run({"--backend", "docker", "--json", "--", "sh", "-c", "echo hi; exit 3"});
+  EXPECT_EQ(docker.exit_code, 3) << Describe(docker);
+  auto object = nlohmann::json::parse(docker.out);
+  EXPECT_EQ(object["backend"], "docker");
+  EXPECT_EQ(object["isolation"], "process");
+  EXPECT_EQ(object["stdout"], "hi\n");
+  SANDBOX_SKIP_UNLESS_AVAILABLE("gvisor");
+  CliRun kernel = Run({"--isolation", "kernel", "--json", "--", "true"});
+  EXPECT_EQ(kernel.exit_code, 0) << Describe(kernel);
+  auto gvisor = nlohmann::json::parse(kernel.out);
+  EXPECT_EQ(gvisor["backend"], "gvisor");
+  EXPECT_EQ(gvisor["isolation"], "kernel");
+}
+
 TEST_F(CliTest, DoctorSaysWhichBackendsRunHere) {
   CliRun run = RunCli({"doctor"});
   EXPECT_TRUE(run.out.starts_with("local (isolation none): available\n")) << run.out;
   EXPECT_NE(run.out.find("\nnamespace (isolation process): "), std::string::npos) << run.out;
-  EXPECT_NE(run.out.find("\ndocker (isolation process): not in this build yet\n"),
-            std::string::npos);
+  EXPECT_NE(run.out.find("\ndocker (isolation process): "), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("\ngvisor (isolation kernel): "), std::string::npos) << run.out;
   bool namespace_ok = ::sandbox::testing::FindBackend("namespace").unavailable_reason().empty();
   EXPECT_EQ(run.exit_code, namespace_ok ? 0 : 1) << Describe(run);
   CliRun gc = RunCli({"gc"});

@@ -65,6 +65,14 @@ struct LocalOptions {
   // bounding set and locked securebits, so that even uid 0 gains nothing at
   // exec. For the agent, which is root of a boundary's user namespace.
   bool drop_capabilities = false;
+
+  // Where the kernel lacks openat2 (gVisor's), enforce the path fence by
+  // walking each path one component at a time with O_NOFOLLOW from pinned
+  // directory fds (os::WalkOpen) instead of refusing to start. Same rules
+  // (every symlink refused, `..` never above the root); for the agent in
+  // the gvisor backend. A host kernel without openat2 is still refused
+  // unless this is set.
+  bool fence_without_openat2 = false;
 };
 
 // Creates a local sandbox (Isolation::None). It implements every optional

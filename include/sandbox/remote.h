@@ -68,6 +68,11 @@ struct RemoteOptions {
 // reader thread demultiplexes the agent's answers to the waiting callers.
 Expected<std::unique_ptr<Sandbox>> NewRemoteSandbox(RemoteOptions options);
 
+// The static sandbox-agent executable a launcher runs inside its boundary:
+// $SANDBOX_AGENT when set, else "sandbox-agent" beside the running
+// executable. Thread-safe.
+std::string DefaultAgentPath();
+
 // Options of the agent side.
 struct ServeOptions {
   // Requests executing at once; further requests are a protocol violation

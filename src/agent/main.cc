@@ -4,7 +4,7 @@
 //
 //   sandbox-agent [--root DIR] [--workdir PATH] [--fd N] [--max-inflight N]
 //                 [--containment auto|cgroup|pidns] [--cgroup-fd N]
-//                 [--drop-capabilities]
+//                 [--drop-capabilities] [--fence-without-openat2]
 //
 // The stream is stdin (requests) and stdout (answers), or the socket `--fd N`
 // in both directions. stderr carries diagnostics only. The agent exits 0
@@ -36,7 +36,7 @@ void Say(std::string_view line) {
 constexpr std::string_view kUsage =
     "usage: sandbox-agent [--root DIR] [--workdir PATH] [--fd N] [--max-inflight N]\n"
     "                     [--containment auto|cgroup|pidns] [--cgroup-fd N]\n"
-    "                     [--drop-capabilities]\n"
+    "                     [--drop-capabilities] [--fence-without-openat2]\n"
     "  --root DIR          directory that becomes the sandbox root (default: .)\n"
     "  --workdir PATH      absolute directory reported as the workdir (default: the root)\n"
     "  --fd N              serve over the socket N instead of stdin/stdout\n"
@@ -47,7 +47,9 @@ constexpr std::string_view kUsage =
     "                      by the host, in which each command's tree gets a cgroup\n"
     "                      (overrides --containment, which is the fallback)\n"
     "  --drop-capabilities commands start with no capability at all (the agent is\n"
-    "                      root of a boundary's user namespace and keeps its own)\n";
+    "                      root of a boundary's user namespace and keeps its own)\n"
+    "  --fence-without-openat2  where the kernel has no openat2 (gVisor), fence paths\n"
+    "                      by an O_NOFOLLOW walk from pinned directory fds\n";
 
 bool ParseNumber(std::string_view text, int& out) {
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
@@ -121,6 +123,8 @@ int main(int argc, char** argv) {
       cgroup_fd = number;
     } else if (name == "--drop-capabilities" && !has_inline) {
       local.drop_capabilities = true;
+    } else if (name == "--fence-without-openat2" && !has_inline) {
+      local.fence_without_openat2 = true;
     } else if (name == "--max-inflight" && take() && ParseNumber(value, number) && number > 0) {
       serve.max_inflight = static_cast<std::uint32_t>(number);
     } else {

@@ -225,8 +225,8 @@ Expected<std::string> TempName(const std::string& name) {
 }  // namespace
 
 Expected<FileSystem> FileSystem::Open(const std::string& root, const std::string& workdir,
-                                      std::uint64_t max_read_bytes) {
-  if (!os::HasOpenat2())
+                                      std::uint64_t max_read_bytes, bool fence_without_openat2) {
+  if (!os::HasOpenat2() && !fence_without_openat2)
     return Fail(Error::Code::Unsupported,
                 "openat2(2) is not available: the local backend needs Linux >= 5.6 for its "
                 "kernel-enforced path fence; upgrade the kernel");
@@ -245,7 +245,13 @@ Expected<FileSystem> FileSystem::Open(const std::string& root, const std::string
     return Fail(std::move(error));
   }
   std::string host_root = real.get();
-  auto fd = os::Openat2(AT_FDCWD, host_root, O_PATH | O_DIRECTORY, 0, 0);
+  // realpath resolved the root already: opening it needs no fence.
+  auto fd = os::HasOpenat2() ? os::Openat2(AT_FDCWD, host_root, O_PATH | O_DIRECTORY, 0, 0)
+                             : [&]() -> Expected<UniqueFd> {
+                                 int raw = ::open(host_root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+                                 if (raw < 0) return Fail(os::ErrnoError(errno, "open", host_root));
+                                 return UniqueFd(raw);
+                               }();
   if (!fd) {
     if (fd.error().code() == Error::Code::NotADirectory)
       return Fail(Error::Code::NotADirectory,

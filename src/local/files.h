@@ -27,9 +27,10 @@ class FileSystem {
  public:
   // Opens `root` (a host directory). `workdir` is the absolute directory under
   // which absolute paths are accepted ("" means root's canonical path).
-  // `max_read_bytes` bounds ReadFile.
+  // `max_read_bytes` bounds ReadFile. Without openat2 it fails, unless
+  // `fence_without_openat2` accepts the component-walk fence (os::WalkOpen).
   static Expected<FileSystem> Open(const std::string& root, const std::string& workdir,
-                                   std::uint64_t max_read_bytes);
+                                   std::uint64_t max_read_bytes, bool fence_without_openat2 = false);
 
   // The absolute path absolute sandbox paths must lie under.
   const std::string& workdir() const { return workdir_; }

@@ -128,7 +128,8 @@ Expected<std::unique_ptr<Sandbox>> NewLocalSandbox(const LocalOptions& options) 
     return Fail(Error::Code::InvalidArgument, "the local backend needs a root directory");
   if (options.output_limit == 0)
     return Fail(Error::Code::InvalidArgument, "output_limit must be positive");
-  auto files = local::FileSystem::Open(options.root, options.workdir, options.max_read_bytes);
+  auto files = local::FileSystem::Open(options.root, options.workdir, options.max_read_bytes,
+                                         options.fence_without_openat2);
   if (!files) return Fail(files.error());
   std::optional<os::Containment> prefer;
   if (options.containment == LocalOptions::Containment::kCgroup) prefer = os::Containment::kCgroup;

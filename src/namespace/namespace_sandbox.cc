@@ -18,14 +18,6 @@
 namespace sandbox {
 namespace {
 
-std::string DefaultAgentPath() {
-  if (const char* env = std::getenv("SANDBOX_AGENT"); env && *env) return env;
-  std::error_code ec;
-  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "sandbox-agent";
-  return (self.parent_path() / "sandbox-agent").string();
-}
-
 }  // namespace
 
 Expected<std::unique_ptr<Sandbox>> NewNamespaceSandbox(const NamespaceOptions& options) {

@@ -2,9 +2,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "os/syscalls.h"
 
@@ -108,10 +110,117 @@ Error FenceError(int err, std::string_view call, std::string_view shown) {
   }
 }
 
+namespace {
+
+int OpenatNoIntr(int dirfd, const char* name, int flags, mode_t mode) {
+  int fd;
+  do {
+    fd = ::openat(dirfd, name, flags | O_CLOEXEC, mode);
+  } while (fd < 0 && errno == EINTR);
+  return fd < 0 ? -errno : fd;
+}
+
+// The -errno a symlink or non-directory at `fd` gives as an intermediate
+// component, 0 for a directory.
+int CheckDirectory(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return -errno;
+  if (S_ISLNK(st.st_mode)) return -ELOOP;
+  if (!S_ISDIR(st.st_mode)) return -ENOTDIR;
+  return 0;
+}
+
+}  // namespace
+
+int WalkOpen(int dirfd, const std::string& relative, int flags, mode_t mode) {
+  if (relative.empty()) return -ENOENT;
+  if (relative[0] == '/') return -EXDEV;
+  std::vector<std::string_view> components;
+  std::size_t pos = 0;
+  for (;;) {
+    std::string_view component = NextComponent(relative, &pos);
+    if (component.empty()) break;
+    if (component != ".") components.push_back(component);
+  }
+  std::size_t end = relative.size();
+  bool trailing_slash = end > 0 && relative[end - 1] == '/';
+  // The directories walked so far; ".." steps back along this stack and
+  // never asks the kernel, so it cannot leave `dirfd`.
+  std::vector<UniqueFd> walked;
+  auto current = [&] { return walked.empty() ? dirfd : walked.back().get(); };
+  std::string final_name = ".";
+  for (std::size_t i = 0; i < components.size(); ++i) {
+    std::string name(components[i]);
+    bool last = i + 1 == components.size();
+    if (name == "..") {
+      if (walked.empty()) return -EXDEV;
+      walked.pop_back();
+      continue;
+    }
+    if (last) {
+      final_name = name;
+      break;
+    }
+    int fd = OpenatNoIntr(current(), name.c_str(), O_PATH | O_NOFOLLOW, 0);
+    if (fd < 0) return fd;
+    UniqueFd owned(fd);
+    if (int bad = CheckDirectory(fd); bad != 0) {
+      // Swapped for a symlink meanwhile (gVisor's proxy can show the old
+      // entry's type): refused as a symlink, as openat2 would.
+      struct stat st {};
+      if (bad == -ENOTDIR && ::fstatat(current(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)))
+        return -ELOOP;
+      return bad;
+    }
+    walked.push_back(std::move(owned));
+  }
+  if (final_name == "." && trailing_slash) trailing_slash = false;
+  int final_flags = flags | O_NOFOLLOW;
+  if (trailing_slash) {
+    if (flags & O_CREAT) return -EISDIR;
+    final_flags |= O_DIRECTORY;
+  }
+  // What the kernel's openat2 would say of a symlink, socket or FIFO, said
+  // before opening: gVisor's file proxy answers EPERM or ENOENT for them.
+  // (A swap after this check changes only the error: the open below still
+  // never follows a symlink.)
+  if (final_name != "." && final_name != "..") {
+    struct stat st {};
+    if (::fstatat(current(), final_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (S_ISLNK(st.st_mode) && (trailing_slash || !(flags & O_NOFOLLOW))) return -ELOOP;
+      if (!S_ISLNK(st.st_mode) && !S_ISDIR(st.st_mode) && (final_flags & O_DIRECTORY))
+        return -ENOTDIR;
+      if ((S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode)) && !(flags & O_PATH)) return -ENXIO;
+    }
+  }
+  int fd = OpenatNoIntr(current(), final_name.c_str(), final_flags, (flags & O_CREAT) ? mode : 0);
+  if (fd == -ENOTDIR && (trailing_slash || !(flags & O_NOFOLLOW))) {
+    // A symlink where a directory was wanted: the fence's refusal is ELOOP.
+    // A directory seen now was swapped back since: it was a symlink then.
+    struct stat st {};
+    if (::fstatat(current(), final_name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)))
+      return -ELOOP;
+  }
+  if (fd < 0) return fd;
+  if ((flags & O_PATH) && !(flags & O_NOFOLLOW)) {
+    // O_PATH|O_NOFOLLOW opens a symlink itself; the fence refuses it unless
+    // the caller asked for the link.
+    struct stat st {};
+    if (::fstat(fd, &st) == 0 && S_ISLNK(st.st_mode)) {
+      ::close(fd);
+      return -ELOOP;
+    }
+  }
+  return fd;
+}
+
 Expected<UniqueFd> FenceOpen(int dirfd, const std::string& relative, int flags, mode_t mode,
                              std::string_view shown) {
-  int fd = RawOpenat2(dirfd, relative.c_str(), static_cast<std::uint64_t>(flags),
-                      (flags & O_CREAT) ? mode : 0, kFenceResolve);
+  int fd = HasOpenat2() ? RawOpenat2(dirfd, relative.c_str(), static_cast<std::uint64_t>(flags),
+                                     (flags & O_CREAT) ? mode : 0, kFenceResolve)
+                        : WalkOpen(dirfd, relative, flags, mode);
   if (fd < 0) return Fail(FenceError(-fd, "openat2", shown));
   return UniqueFd(fd);
 }

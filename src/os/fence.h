@@ -50,6 +50,16 @@ Error FenceError(int err, std::string_view call, std::string_view shown);
 Expected<UniqueFd> FenceOpen(int dirfd, const std::string& relative, int flags, mode_t mode,
                              std::string_view shown);
 
+// The fence where the kernel has no openat2 (gVisor's, which the gvisor
+// backend's agent runs on): the same rules, enforced by walking `relative`
+// one component at a time from `dirfd` with openat(O_PATH | O_NOFOLLOW),
+// each directory pinned by its fd. Every symlink is refused (ELOOP), `..`
+// steps back along the walked fds and never above `dirfd` (EXDEV), an
+// absolute path is EXDEV. Returns the fd or -errno. FenceOpen uses it only
+// when HasOpenat2() is false; the local backend refuses that case unless
+// asked (LocalOptions::fence_without_openat2).
+int WalkOpen(int dirfd, const std::string& relative, int flags, mode_t mode);
+
 // The directory that holds the final component of a fenced path, and that
 // component's name. The operations that create, replace or remove an entry
 // act on `name` inside `dir` with *at calls that never follow it.

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <thread>
 
 #include "os/capabilities.h"
 #include "os/syscalls.h"
@@ -56,6 +57,43 @@ bool MoveFd(int from, int to) {
   return dup2(from, to) == to;
 }
 
+// Closes every fd >= `lowest`, with raw calls only (it runs in vfork and
+// clone children). close_range(2) where the kernel has it; else (gVisor's
+// kernel fails it with EINVAL) the fds listed in /proc/self/fd, batch by
+// batch, until none is left.
+void CloseFdsFrom(int lowest) {
+  if (syscall(SYS_close_range, lowest, ~0U, 0) == 0) return;
+  int dir = static_cast<int>(syscall(SYS_openat, AT_FDCWD, "/proc/self/fd",
+                                     O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
+  if (dir < 0) return;
+  alignas(8) char buffer[4096];
+  for (int rounds = 0; rounds < 1024; ++rounds) {
+    if (lseek(dir, 0, SEEK_SET) < 0) break;
+    bool closed_any = false;
+    for (;;) {
+      long got = syscall(SYS_getdents64, dir, buffer, sizeof buffer);
+      if (got <= 0) break;
+      for (long at = 0; at < got;) {
+        const char* name = buffer + at + 19;  // struct linux_dirent64: d_name
+        unsigned short record = *reinterpret_cast<unsigned short*>(buffer + at + 16);
+        at += record;
+        int fd = 0;
+        bool number = *name != '\0';
+        for (const char* c = name; *c; ++c) {
+          if (*c < '0' || *c > '9') number = false;
+          else fd = fd * 10 + (*c - '0');
+        }
+        if (number && fd >= lowest && fd != dir) {
+          close(fd);
+          closed_any = true;
+        }
+      }
+    }
+    if (!closed_any) break;
+  }
+  close(dir);
+}
+
 [[noreturn]] void ChildFail(ChildPlan* plan, const char* step) {
   plan->failed_errno = errno;
   plan->failed_step = step;
@@ -91,7 +129,7 @@ bool MoveFd(int from, int to) {
   if (plan->cwd_fd >= 0 && fchdir(plan->cwd_fd) < 0) ChildFail(plan, "chdir");
   // Nothing but stdio (and fd 3 when asked) crosses into the command, even
   // fds the embedding program opened without O_CLOEXEC.
-  syscall(SYS_close_range, plan->extra_fd >= 0 ? 4 : 3, ~0U, 0);
+  CloseFdsFrom(plan->extra_fd >= 0 ? 4 : 3);
   if (plan->drop_capabilities_up_to >= 0) {
     int err = DropAllCapabilities(plan->drop_capabilities_up_to);
     if (err != 0) {
@@ -130,7 +168,7 @@ bool MoveFd(int from, int to) {
   // parent reads the ready pipe to its end, so Spawn returns only once the
   // init holds no fd at all.
   report->started = 1;
-  syscall(SYS_close_range, 0, ~0U, 0);
+  CloseFdsFrom(0);
   for (;;) {
     siginfo_t info;
     std::memset(&info, 0, sizeof info);
@@ -156,7 +194,7 @@ bool MoveFd(int from, int to) {
   // The parent may have died before prctl took effect: its pidfd is readable.
   pollfd parent{parent_pidfd, POLLIN, 0};
   if (poll(&parent, 1, 0) != 0) _exit(0);
-  syscall(SYS_close_range, 0, ~0U, 0);
+  CloseFdsFrom(0);
   sigset_t chld;
   sigemptyset(&chld);
   sigaddset(&chld, SIGCHLD);
@@ -200,7 +238,8 @@ Child::Child(Child&& other) noexcept
     : pid_(std::exchange(other.pid_, -1)),
       pidfd_(std::move(other.pidfd_)),
       report_(std::exchange(other.report_, nullptr)),
-      status_(std::move(other.status_)) {}
+      status_(std::move(other.status_)),
+      pid_only_(other.pid_only_) {}
 
 Child& Child::operator=(Child&& other) noexcept {
   if (this != &other) {
@@ -209,6 +248,7 @@ Child& Child::operator=(Child&& other) noexcept {
     pidfd_ = std::move(other.pidfd_);
     report_ = std::exchange(other.report_, nullptr);
     status_ = std::move(other.status_);
+    pid_only_ = other.pid_only_;
   }
   return *this;
 }
@@ -246,7 +286,9 @@ Expected<ExitStatus> Child::Wait() {
   siginfo_t info;
   for (;;) {
     std::memset(&info, 0, sizeof info);
-    if (waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED) == 0) break;
+    int waited = pid_only_ ? waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED)
+                           : waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED);
+    if (waited == 0) break;
     if (errno != EINTR) return Fail(ErrnoError(errno, "waitid", std::to_string(pid_)));
   }
   status_ = Decode(info);
@@ -257,7 +299,10 @@ Expected<std::optional<ExitStatus>> Child::TryWait() {
   if (status_) return status_;
   siginfo_t info;
   std::memset(&info, 0, sizeof info);
-  if (waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED | WNOHANG) < 0) {
+  int waited =
+      pid_only_ ? waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG)
+                : waitid(P_PIDFD, static_cast<id_t>(pidfd_.get()), &info, WEXITED | WNOHANG);
+  if (waited < 0) {
     if (errno == EINTR) return std::optional<ExitStatus>();
     return Fail(ErrnoError(errno, "waitid", std::to_string(pid_)));
   }
@@ -268,7 +313,28 @@ Expected<std::optional<ExitStatus>> Child::TryWait() {
 
 Status Child::Kill() const {
   if (pid_ <= 0 || status_) return {};
+  if (pid_only_) {
+    // Not reaped yet (status_ is unset), so the pid is still this child's.
+    if (::kill(pid_, SIGKILL) != 0 && errno != ESRCH) return Fail(ErrnoError(errno, "kill"));
+    return {};
+  }
   return PidfdSendSignal(pidfd_.get(), SIGKILL);
+}
+
+Expected<UniqueFd> ExitEventFor(pid_t pid) {
+  auto event = MakeEventFd();
+  if (!event) return Fail(event.error());
+  int watcher_fd = ::fcntl(event->get(), F_DUPFD_CLOEXEC, 3);
+  if (watcher_fd < 0) return Fail(ErrnoError(errno, "dup eventfd"));
+  std::thread([pid, watcher_fd] {
+    siginfo_t info;
+    while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+    }
+    std::uint64_t one = 1;
+    (void)!::write(watcher_fd, &one, sizeof one);
+    ::close(watcher_fd);
+  }).detach();
+  return std::move(*event);
 }
 
 namespace {
@@ -299,6 +365,17 @@ Expected<Child> SpawnInNewPidNamespace(const SpawnSpec& spec, ChildPlan& plan,
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) return Fail(ErrnoError(clone_errno, "clone(CLONE_NEWPID)"));
   UniqueFd owned_pidfd(pidfd);
+  // A kernel without pidfds (gVisor's) ignores CLONE_PIDFD.
+  const bool pid_only = !owned_pidfd;
+  if (pid_only) {
+    auto event = ExitEventFor(static_cast<pid_t>(pid));
+    if (!event) {
+      ::kill(static_cast<pid_t>(pid), SIGKILL);
+      ReapQuietly(static_cast<pid_t>(pid));
+      return Fail(event.error());
+    }
+    owned_pidfd = std::move(*event);
+  }
   ready->write.reset();
 
   // The init writes nothing: end of file says it has closed every fd.
@@ -315,6 +392,7 @@ Expected<Child> SpawnInNewPidNamespace(const SpawnSpec& spec, ChildPlan& plan,
     return Fail(ErrnoError(err, step, spec.exec_path));
   }
   guard.report = nullptr;
+  if (pid_only) return Child::WithExitEvent(static_cast<pid_t>(pid), std::move(owned_pidfd), report);
   return Child(static_cast<pid_t>(pid), std::move(owned_pidfd), report);
 }
 
@@ -369,13 +447,17 @@ Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure) {
     Error error = ErrnoError(plan.failed_errno, plan.failed_step, spec.exec_path);
     return Fail(std::move(error));
   }
-  auto pidfd = PidfdOpen(pid);
-  if (!pidfd) {
-    kill(pid, SIGKILL);
-    ReapQuietly(pid);
-    return Fail(pidfd.error());
+  long pidfd = syscall(SYS_pidfd_open, pid, 0);
+  if (pidfd >= 0) return Child(pid, UniqueFd(static_cast<int>(pidfd)));
+  int err = errno;
+  if (err == ENOSYS) {
+    // A kernel without pidfds (gVisor's).
+    auto event = ExitEventFor(pid);
+    if (event) return Child::WithExitEvent(pid, std::move(*event));
   }
-  return Child(pid, std::move(*pidfd));
+  kill(pid, SIGKILL);
+  ReapQuietly(pid);
+  return Fail(ErrnoError(err, "pidfd_open", std::to_string(pid)));
 }
 
 Expected<PidNamespaceReaper> StartPidNamespaceReaper() {

@@ -60,6 +60,15 @@ class Child {
   // (owned: unmapped on destruction).
   Child(pid_t pid, UniqueFd pidfd, InitReport* report)
       : pid_(pid), pidfd_(std::move(pidfd)), report_(report) {}
+  // Where the kernel has no pidfds (gVisor's): `exit_event` is an eventfd a
+  // watcher thread makes readable once the child has exited (see
+  // ExitEventFor); waits and kills go by pid, which stays the child's until
+  // it is reaped here.
+  static Child WithExitEvent(pid_t pid, UniqueFd exit_event, InitReport* report = nullptr) {
+    Child child(pid, std::move(exit_event), report);
+    child.pid_only_ = true;
+    return child;
+  }
   Child(Child&& other) noexcept;
   Child& operator=(Child&& other) noexcept;
   Child(const Child&) = delete;
@@ -67,8 +76,11 @@ class Child {
   ~Child();
 
   pid_t pid() const { return pid_; }
-  // Readable (POLLIN) once the child has exited.
+  // Readable (POLLIN) once the child has exited: a pidfd, or the exit
+  // event where the kernel has none (then not usable as a pidfd).
   int pidfd() const { return pidfd_.get(); }
+  // False where pidfd() is an exit event rather than a pidfd.
+  bool has_pidfd() const { return !pid_only_; }
   bool reaped() const { return status_.has_value(); }
 
   // Blocks until the child exits and reaps it; memoized.
@@ -86,7 +98,13 @@ class Child {
   UniqueFd pidfd_;
   InitReport* report_ = nullptr;
   std::optional<ExitStatus> status_;
+  bool pid_only_ = false;
 };
+
+// An eventfd that turns readable once the child `pid` of this process has
+// exited, for kernels without pidfds: a detached thread waits with
+// waitid(WEXITED | WNOWAIT), leaving the zombie for Child::Wait to reap.
+Expected<UniqueFd> ExitEventFor(pid_t pid);
 
 // The errno with which execve (or a step before it) failed in the child.
 struct ExecFailure {

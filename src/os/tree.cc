@@ -74,6 +74,8 @@ Expected<Child> ProcessTree::Spawn(SpawnSpec spec, ExecFailure* failure) {
   if (dup < 0) return Fail(ErrnoError(errno, "dup pidfd"));
   std::lock_guard lock(mu_);
   init_pidfd_.reset(dup);
+  init_pid_ = child->pid();
+  init_pid_only_ = !child->has_pidfd();
   return child;
 }
 
@@ -81,6 +83,16 @@ Status ProcessTree::Kill() const {
   if (containment_ == Containment::kCgroup) return lease_->Kill();
   std::lock_guard lock(mu_);
   if (!init_pidfd_) return {};
+  if (init_pid_only_) {
+    // Without pidfds: only while the exit event says the init runs, so the
+    // pid is still its own (an exited init is not signalled). What remains,
+    // a reap by another thread between this check and the kill, could
+    // only hit a process of the same sandbox.
+    pollfd exited{init_pidfd_.get(), POLLIN, 0};
+    if (::poll(&exited, 1, 0) == 0 && ::kill(init_pid_, SIGKILL) != 0 && errno != ESRCH)
+      return Fail(ErrnoError(errno, "kill"));
+    return {};
+  }
   return PidfdSendSignal(init_pidfd_.get(), SIGKILL);
 }
 

@@ -67,6 +67,10 @@ class ProcessTree {
   std::optional<CgroupLease> lease_;                   // kCgroup
   mutable std::mutex mu_;
   UniqueFd init_pidfd_;  // kPidNamespace: a dup of the init's pidfd; guarded by mu_
+  // Where the kernel has no pidfds (gVisor's), init_pidfd_ is the init's
+  // exit event and the init is killed by this pid; guarded by mu_.
+  pid_t init_pid_ = -1;
+  bool init_pid_only_ = false;
 };
 
 }  // namespace sandbox::os

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -962,6 +964,14 @@ Expected<std::unique_ptr<Sandbox>> NewRemoteSandbox(RemoteOptions options) {
   }
   client->StartReader();
   return std::unique_ptr<Sandbox>(std::make_unique<RemoteSandbox>(std::move(client)));
+}
+
+std::string DefaultAgentPath() {
+  if (const char* env = std::getenv("SANDBOX_AGENT"); env && *env) return env;
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "sandbox-agent";
+  return (self.parent_path() / "sandbox-agent").string();
 }
 
 }  // namespace sandbox

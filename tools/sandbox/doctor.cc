@@ -8,6 +8,7 @@
 
 #include "os/tree.h"
 #include "run.h"
+#include "sandbox/docker.h"
 #include "sandbox/namespace.h"
 
 namespace sandbox::cli {
@@ -61,8 +62,18 @@ int DoctorCommand(std::span<const std::string> args) {
   for (const NamespaceCheck& check : checks)
     Line(check.ok, check.name + (check.required ? "" : " (optional)"), check.detail);
 
-  Print("docker (isolation process): not in this build yet\n");
-  Print("gvisor (isolation kernel): not in this build yet\n");
+  std::string docker_reason = DockerUnavailableReason();
+  Print(std::string("docker (isolation process): ") +
+        (docker_reason.empty() ? "available" : "unavailable") + "\n");
+  Line(docker_reason.empty(), "Docker Engine (API >= 1.41) at DOCKER_HOST or /var/run/docker.sock",
+       docker_reason.empty() ? "answers; run `sandbox image build` once for the default image"
+                             : docker_reason);
+  std::string gvisor_reason = docker_reason.empty() ? DockerUnavailableReason("runsc") : docker_reason;
+  Print(std::string("gvisor (isolation kernel): ") +
+        (gvisor_reason.empty() ? "available" : "unavailable") + "\n");
+  Line(gvisor_reason.empty(), "runsc registered as a Docker runtime",
+       gvisor_reason.empty() ? "runtime runsc (the kernel inside is checked on every start)"
+                             : gvisor_reason);
   Print("microvm (isolation vm): not in this build yet\n");
   return namespace_ok ? 0 : 1;
 }
@@ -80,6 +91,17 @@ int GcCommand(std::span<const std::string> args) {
   (void)os::ChooseTreeSource();
   Print("removed " + std::to_string(removed) + " leftover cgroup" + (removed == 1 ? "" : "s") +
         " of namespace sandboxes\n");
+  // Containers of the docker and gvisor backends whose host process died;
+  // no daemon here means none to remove.
+  if (DockerUnavailableReason().empty()) {
+    auto containers = RemoveDockerLeftovers();
+    if (!containers) {
+      PrintError("removing leftover containers: " + containers.error().message());
+      return kExitSandboxFailed;
+    }
+    Print("removed " + std::to_string(*containers) + " leftover container" +
+          (*containers == 1 ? "" : "s") + " of docker and gvisor sandboxes\n");
+  }
   return 0;
 }
 

@@ -145,6 +145,7 @@ enum class Option {
   kEnv,
   kDir,
   kRootfs,
+  kImage,
   kNetwork,
   kMemory,
   kPids,
@@ -168,6 +169,7 @@ constexpr OptionSpec kOptions[] = {
     {"--env", Option::kEnv, true, "--env KEY=VALUE"},
     {"--dir", Option::kDir, true, "--dir src"},
     {"--rootfs", Option::kRootfs, true, "--rootfs ./debian-rootfs"},
+    {"--image", Option::kImage, true, "--image sandbox-default:latest"},
     {"--network", Option::kNetwork, false, ""},
     {"--memory", Option::kMemory, true, "--memory 512m"},
     {"--pids", Option::kPids, true, "--pids 256"},
@@ -217,6 +219,9 @@ Status Apply(const OptionSpec& spec, std::string_view value, RunFlags& flags) {
       return {};
     case Option::kRootfs:
       flags.rootfs = std::string(value);
+      return {};
+    case Option::kImage:
+      flags.image = std::string(value);
       return {};
     case Option::kNetwork:
       flags.network = true;
@@ -384,6 +389,8 @@ options:
   --dir PATH             working directory, sandbox-relative
   --rootfs DIR           namespace backend: an unpacked root filesystem to use
                          instead of the host's system directories
+  --image NAME           docker and gvisor backends: the image to run (default
+                         sandbox-default:latest, made by `sandbox image build`)
   --network              allow network (default off where the backend can take it away)
   --memory SIZE --pids N --cpus N      resource limits where the backend supports them
   --json                 print one JSON object instead of passing the streams through

@@ -41,6 +41,7 @@ struct RunFlags {
   std::vector<std::string> env;          // --env KEY=VALUE, in order
   std::string dir;                       // --dir, sandbox-relative; "" is the root
   std::optional<std::string> rootfs;     // --rootfs, a host directory (namespace backend)
+  std::optional<std::string> image;      // --image (docker and gvisor backends)
   bool network = false;                  // --network
   std::optional<std::uint64_t> memory;   // --memory, bytes
   std::optional<std::uint64_t> pids;     // --pids

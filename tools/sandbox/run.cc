@@ -21,6 +21,7 @@
 
 #include "flags.h"
 #include "sandbox/context.h"
+#include "sandbox/docker.h"
 #include "sandbox/error.h"
 #include "sandbox/local.h"
 #include "sandbox/namespace.h"
@@ -142,10 +143,14 @@ std::string IsolationUnavailable(Isolation level) {
 // cannot run, the user must ask for --backend local.
 Expected<std::string> SelectBackend(const RunFlags& flags) {
   if (flags.backend) {
-    if (*flags.backend == "local" || *flags.backend == "namespace") return *flags.backend;
+    if (*flags.backend == "local" || *flags.backend == "namespace" ||
+        *flags.backend == "docker" || *flags.backend == "gvisor")
+      return *flags.backend;
     return Fail(Error::Code::Unsupported, BackendUnavailable(*flags.backend));
   }
   if (flags.isolation && *flags.isolation == Isolation::None) return std::string("local");
+  // Kernel isolation is gVisor's, never runc's: no fallback.
+  if (flags.isolation && *flags.isolation == Isolation::Kernel) return std::string("gvisor");
   if (flags.isolation && *flags.isolation > Isolation::Process)
     return Fail(Error::Code::InsufficientIsolation, IsolationUnavailable(*flags.isolation));
   return std::string("namespace");
@@ -171,11 +176,29 @@ Status CheckLocalFlags(const RunFlags& flags) {
 // The sandbox for the flags, rooted at `workspace`.
 Expected<std::unique_ptr<Sandbox>> MakeSandbox(const RunFlags& flags, const std::string& backend,
                                                const std::string& workspace) {
+  if (flags.image && backend != "docker" && backend != "gvisor")
+    return Fail(Error::Code::InvalidArgument,
+                "--image needs the docker or gvisor backend (--backend docker)");
   if (backend == "local") {
     SANDBOX_RETURN_IF_ERROR(CheckLocalFlags(flags));
     LocalOptions options;
     options.root = workspace;
     return NewLocalSandbox(options);
+  }
+  if (backend == "docker" || backend == "gvisor") {
+    if (flags.rootfs)
+      return Fail(Error::Code::InvalidArgument,
+                  "--rootfs is for the namespace backend; the " + backend +
+                      " backend runs an image (build one from a root filesystem with `sandbox "
+                      "image build --rootfs DIR`, then pass --image)");
+    DockerOptions options;
+    options.workspace = workspace;
+    if (flags.image) options.image = *flags.image;
+    options.network = flags.network;
+    options.memory_bytes = flags.memory;
+    if (flags.pids) options.pids = flags.pids;
+    options.cpus = flags.cpus;
+    return backend == "gvisor" ? NewGvisorSandbox(options) : NewDockerSandbox(options);
   }
   NamespaceOptions options;
   options.workspace = workspace;
@@ -296,8 +319,9 @@ int RunCommand(std::span<const std::string> args) {
     std::string message = made.error().message();
     if (!flags->backend) {
       // namespace was chosen for the user: say what to do instead.
-      message = "the namespace backend" +
-                std::string(flags->isolation ? " (needed for --isolation process)"
+      message = "the " + *backend + " backend" +
+                std::string(flags->isolation ? " (needed for --isolation " +
+                                                    std::string(ToString(*flags->isolation)) + ")"
                                              : " (the default)") +
                 " cannot run here: " + message +
                 ". Run `sandbox doctor` for details" +
