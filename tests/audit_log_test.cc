@@ -89,8 +89,9 @@ TEST(AuditLog, ControlCharactersAndNonAsciiAreEscaped) {
   }
   auto lines = Lines(text);
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find(R"("\u001b[2J\u001b]0;owned\u0007\r\nfake line\u007f\u009b\u202e\ufffd")"),
-            std::string::npos)
+  EXPECT_NE(
+      lines[0].find(R"("\u001b[2J\u001b]0;owned\u0007\r\nfake line\u007f\u009b\u202e\ufffd")"),
+      std::string::npos)
       << lines[0];
   // Invalid UTF-8 became U+FFFD; everything else reads back as written.
   EXPECT_EQ(nlohmann::json::parse(lines[0])["argv"][1],
@@ -154,7 +155,8 @@ TEST(AuditLog, ConcurrentWritersNeverInterleave) {
   for (int t = 0; t < 4; ++t)
     threads.emplace_back([&, t] {
       for (int i = 0; i < 100; ++i)
-        EXPECT_TRUE((*log)->Write(ExecRecord({"echo", std::string(500, static_cast<char>('a' + t))})));
+        EXPECT_TRUE(
+            (*log)->Write(ExecRecord({"echo", std::string(500, static_cast<char>('a' + t))})));
     });
   for (auto& thread : threads) thread.join();
   auto lines = Lines(ReadHostFile(dir.Join("a.jsonl")));

@@ -63,7 +63,9 @@ class Pty {
     return seen_;
   }
 
-  void Type(std::string_view text) { ASSERT_EQ(write(controller_, text.data(), text.size()), static_cast<ssize_t>(text.size())); }
+  void Type(std::string_view text) {
+    ASSERT_EQ(write(controller_, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  }
 
  private:
   int controller_ = -1;
@@ -95,11 +97,13 @@ TEST(InteractiveReviewer, ShowsEscapeSequencesEscapedAndParsesYes) {
   ASSERT_TRUE(reviewer);
   // The argument tries to clear the screen, move the cursor home, print an
   // innocent command over the real one and set the window title.
-  auto answer = AskAsync(reviewer, {.path = "rm", .args = {"-rf", "/ \x1b[2J\x1b[H\x1b]0;ls\x07ls -l\r"}});
+  auto answer =
+      AskAsync(reviewer, {.path = "rm", .args = {"-rf", "/ \x1b[2J\x1b[H\x1b]0;ls\x07ls -l\r"}});
   std::string shown = pty.ReadUntil("or n REASON: ");
   EXPECT_EQ(shown.find('\x1b'), std::string::npos) << shown;
   EXPECT_EQ(shown.find('\x07'), std::string::npos) << shown;
-  EXPECT_NE(shown.find("sandbox sb-1 (local) wants to run:\r\n  rm -rf $'/ \\e[2J\\e[H\\e]0;ls\\x07ls -l\\r'\r\n"),
+  EXPECT_NE(shown.find("sandbox sb-1 (local) wants to run:\r\n  rm -rf $'/ "
+                       "\\e[2J\\e[H\\e]0;ls\\x07ls -l\\r'\r\n"),
             std::string::npos)
       << shown;
   pty.Type("y\n");
@@ -132,17 +136,19 @@ TEST_P(InteractiveAnswerTest, IsParsed) {
 
 INSTANTIATE_TEST_SUITE_P(
     Answers, InteractiveAnswerTest,
-    ::testing::Values(
-        AnswerCase{"yes\n", Verdict::Allow, "allowed by the person reviewing"},
-        AnswerCase{"  a \n", Verdict::AllowRemember, "allowed by the person reviewing, for this sandbox"},
-        AnswerCase{"always\n", Verdict::AllowRemember, "allowed by the person reviewing, for this sandbox"},
-        AnswerCase{"n\n", Verdict::Deny, "denied by the person reviewing"},
-        AnswerCase{"no\n", Verdict::Deny, "denied by the person reviewing"},
-        AnswerCase{"n use the Makefile target 'test' instead\n", Verdict::Deny,
-                   "denied by the person reviewing: use the Makefile target 'test' instead"},
-        AnswerCase{"what\nhuh\nnope\n", Verdict::Deny,
-                   "the person reviewing gave no answer that could be understood"},
-        AnswerCase{"maybe\ny\n", Verdict::Allow, "allowed by the person reviewing"}));
+    ::testing::Values(AnswerCase{"yes\n", Verdict::Allow, "allowed by the person reviewing"},
+                      AnswerCase{"  a \n", Verdict::AllowRemember,
+                                 "allowed by the person reviewing, for this sandbox"},
+                      AnswerCase{"always\n", Verdict::AllowRemember,
+                                 "allowed by the person reviewing, for this sandbox"},
+                      AnswerCase{"n\n", Verdict::Deny, "denied by the person reviewing"},
+                      AnswerCase{"no\n", Verdict::Deny, "denied by the person reviewing"},
+                      AnswerCase{
+                          "n use the Makefile target 'test' instead\n", Verdict::Deny,
+                          "denied by the person reviewing: use the Makefile target 'test' instead"},
+                      AnswerCase{"what\nhuh\nnope\n", Verdict::Deny,
+                                 "the person reviewing gave no answer that could be understood"},
+                      AnswerCase{"maybe\ny\n", Verdict::Allow, "allowed by the person reviewing"}));
 
 TEST(InteractiveReviewer, TypeAheadBeforeTheQuestionDoesNotAnswerIt) {
   Pty pty;
@@ -166,7 +172,8 @@ TEST(InteractiveReviewer, SilenceUntilTheDeadlineFailsAndTheGateDenies) {
   TempDir dir;
   auto base = NewLocalSandbox({.root = dir.path()});
   ASSERT_TRUE(base);
-  auto gated = NewGatedSandbox(std::move(*base), {.reviewer = reviewer, .review_timeout = milliseconds(300)});
+  auto gated = NewGatedSandbox(std::move(*base),
+                               {.reviewer = reviewer, .review_timeout = milliseconds(300)});
   ASSERT_TRUE(gated);
   auto result = (*gated)->Exec({}, {.path = "touch", .args = {"marker"}});
   ASSERT_FALSE(result);
@@ -205,8 +212,10 @@ TEST(InteractiveReviewer, ShowsFileWritesWithTheirData) {
     return reviewer->Review(Context::WithTimeout(std::chrono::seconds(5)), request);
   });
   std::string shown = pty.ReadUntil("or n REASON: ");
-  EXPECT_NE(shown.find("wants to write_file run.sh\r\n  data (24 bytes): $'#!/bin/sh\\n\\e[31mrm -rf /\\n'\r\n"),
-            std::string::npos)
+  EXPECT_NE(
+      shown.find(
+          "wants to write_file run.sh\r\n  data (24 bytes): $'#!/bin/sh\\n\\e[31mrm -rf /\\n'\r\n"),
+      std::string::npos)
       << shown;
   pty.Type("n\n");
   ASSERT_TRUE(answer.get());

@@ -66,7 +66,8 @@ TEST(RulesReviewer, FirstMatchingRuleWins) {
   Decision plain = ReviewExec(*rules, {.path = "rm", .args = {"x"}});
   EXPECT_EQ(plain.verdict, Verdict::Allow);
   EXPECT_EQ(plain.reason, "allowed by rule 2 of policy.json, line 8");
-  EXPECT_EQ(ReviewExec(*rules, {.path = "rm", .args = {"--recursive", "x"}}).verdict, Verdict::Deny);
+  EXPECT_EQ(ReviewExec(*rules, {.path = "rm", .args = {"--recursive", "x"}}).verdict,
+            Verdict::Deny);
 }
 
 TEST(RulesReviewer, ProgramPatternWithoutSlashMatchesTheBasenameAnywhere) {
@@ -111,8 +112,9 @@ TEST(RulesReviewer, PathPatternsMatchTheNormalizedPath) {
   EXPECT_EQ(ReviewFile(*rules, Operation::AppendFile, "src/../secrets/key").verdict, Verdict::Deny);
   EXPECT_EQ(ReviewFile(*rules, Operation::WriteFile, "/work/space/src/x", "/work/space").verdict,
             Verdict::Allow);
-  EXPECT_EQ(ReviewFile(*rules, Operation::WriteFile, "/work/space/secrets/x", "/work/space").verdict,
-            Verdict::Deny);
+  EXPECT_EQ(
+      ReviewFile(*rules, Operation::WriteFile, "/work/space/secrets/x", "/work/space").verdict,
+      Verdict::Deny);
   // Operations narrow a rule: make_dir_all is allowed under src/, remove anywhere.
   EXPECT_EQ(ReviewFile(*rules, Operation::MakeDirAll, "src/new").verdict, Verdict::Allow);
   EXPECT_EQ(ReviewFile(*rules, Operation::MakeDirAll, "secrets/new").verdict, Verdict::Deny);
@@ -187,12 +189,16 @@ TEST_P(RulesMalformedTest, IsRefusedWholeWithTheLine) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, RulesMalformedTest,
     ::testing::Values(
-        MalformedCase{"{\"version\": 1,\n \"default\": \"deny\",\n \"rules\": [\n  {\"action\": \"allow\",}\n]}",
+        MalformedCase{"{\"version\": 1,\n \"default\": \"deny\",\n \"rules\": [\n  {\"action\": "
+                      "\"allow\",}\n]}",
                       "p.json:4:22: invalid JSON: syntax error while parsing object key - "
                       "unexpected '}'; expected string literal"},
-        MalformedCase{"", "p.json:1:1: invalid JSON: syntax error while parsing value - unexpected "
-                          "end of input; expected '[', '{', or a literal"},
-        MalformedCase{"[]", "p.json:1: a policy is a JSON object with \"version\", \"default\" and \"rules\""},
+        MalformedCase{"",
+                      "p.json:1:1: invalid JSON: syntax error while parsing value - unexpected "
+                      "end of input; expected '[', '{', or a literal"},
+        MalformedCase{
+            "[]",
+            "p.json:1: a policy is a JSON object with \"version\", \"default\" and \"rules\""},
         MalformedCase{"{\"default\": \"deny\"}", "p.json:1: missing \"version\": 1"},
         MalformedCase{"{\"version\": 2, \"default\": \"deny\"}",
                       "p.json:1: unsupported \"version\": this sandbox reads version 1"},
@@ -220,10 +226,11 @@ INSTANTIATE_TEST_SUITE_P(
                       "  {\"action\": \"allow\",\n \"operations\": [\"exec\", \"chmod\"]}]}",
                       "p.json:3: rule 1: unknown operation 'chmod' (expected exec, write_file, "
                       "append_file, remove, make_dir_all)"},
-        MalformedCase{"{\"version\": 1, \"default\": \"deny\", \"rules\": [\n"
-                      "  {\"action\": \"allow\", \"program\": \"ls\",\n \"operations\": [\"remove\"]}]}",
-                      "p.json:3: rule 1: program, args and any_arg only match exec, but the rule "
-                      "lists 'remove'"},
+        MalformedCase{
+            "{\"version\": 1, \"default\": \"deny\", \"rules\": [\n"
+            "  {\"action\": \"allow\", \"program\": \"ls\",\n \"operations\": [\"remove\"]}]}",
+            "p.json:3: rule 1: program, args and any_arg only match exec, but the rule "
+            "lists 'remove'"},
         MalformedCase{"{\"version\": 1, \"default\": \"deny\", \"rules\": [\n"
                       "  {\"action\": \"allow\", \"program\": []}]}",
                       "p.json:2: rule 1: \"program\" must not be an empty array"},
@@ -298,7 +305,10 @@ TEST(GatedText, QuoteForTerminalEscapesEverythingATerminalWouldInterpret) {
   EXPECT_EQ(QuoteForTerminal("\x1b[2J\x1b]0;title\x07", 100), "$'\\e[2J\\e]0;title\\x07'");
   EXPECT_EQ(QuoteForTerminal("a\nb\rc\td\x7f", 100), "$'a\\nb\\rc\\td\\x7F'");
   // C1 control CSI (U+009B), an invalid byte, a right-to-left override.
-  EXPECT_EQ(QuoteForTerminal("\xc2\x9b" "2J", 100), "$'\\xC2\\x9B2J'");
+  EXPECT_EQ(QuoteForTerminal("\xc2\x9b"
+                             "2J",
+                             100),
+            "$'\\xC2\\x9B2J'");
   EXPECT_EQ(QuoteForTerminal("\xff", 100), "$'\\xFF'");
   EXPECT_EQ(QuoteForTerminal("x\xe2\x80\xaey", 100), "$'x\\u202Ey'");
   // Printable UTF-8 stays readable.

@@ -2,6 +2,7 @@
 // (proved with marker files), ProcessHost is not reachable through the gate
 // while every other capability is, remembered decisions, the review timeout.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "conformance.h"
 #include "sandbox/audit.h"
 #include "sandbox/gated.h"
 #include "sandbox/local.h"
@@ -27,9 +29,9 @@ std::shared_ptr<Sandbox> LocalAt(const TempDir& dir) {
 
 std::unique_ptr<Sandbox> Gate(std::shared_ptr<Sandbox> base, std::shared_ptr<Reviewer> reviewer,
                               std::shared_ptr<AuditLog> audit = nullptr) {
-  auto gated = NewGatedSandbox(std::move(base), {.reviewer = std::move(reviewer),
-                                                 .audit = std::move(audit),
-                                                 .sandbox_id = "sb-test"});
+  auto gated = NewGatedSandbox(
+      std::move(base),
+      {.reviewer = std::move(reviewer), .audit = std::move(audit), .sandbox_id = "sb-test"});
   EXPECT_TRUE(gated) << gated.error().ToString();
   return gated ? std::move(*gated) : nullptr;
 }
@@ -99,9 +101,9 @@ TEST(GatedSandbox, DeniedFileOperationsNeverReachTheBase) {
 TEST(GatedSandbox, FileOperationsOutsideThePolicyAreNotReviewed) {
   TempDir dir;
   std::atomic<int> calls = 0;
-  auto gated = NewGatedSandbox(LocalAt(dir), {.reviewer = DenyAll(&calls),
-                                              .review_write_file = false,
-                                              .review_make_dir_all = false});
+  auto gated = NewGatedSandbox(
+      LocalAt(dir),
+      {.reviewer = DenyAll(&calls), .review_write_file = false, .review_make_dir_all = false});
   ASSERT_TRUE(gated);
   ASSERT_TRUE((*gated)->WriteFile({}, "f", "data", 0644));
   ASSERT_TRUE(As<DirectoryMaker>(**gated)->MakeDirAll({}, "d/e", 0755));
@@ -271,7 +273,8 @@ TEST(GatedSandbox, ReviewTimeoutDenies) {
     std::this_thread::sleep_for(milliseconds(300));
     return Decision::Allow();
   });
-  auto gated = NewGatedSandbox(LocalAt(dir), {.reviewer = slow, .review_timeout = milliseconds(100)});
+  auto gated =
+      NewGatedSandbox(LocalAt(dir), {.reviewer = slow, .review_timeout = milliseconds(100)});
   ASSERT_TRUE(gated);
   auto result = (*gated)->Exec({}, {.path = "touch", .args = {"marker"}});
   ASSERT_FALSE(result);
@@ -284,7 +287,8 @@ TEST(GatedSandbox, ReviewTimeoutDenies) {
     while (!ctx.expired()) std::this_thread::sleep_for(milliseconds(5));
     return Decision::Allow();
   });
-  auto gated2 = NewGatedSandbox(LocalAt(dir), {.reviewer = waiting, .review_timeout = std::chrono::seconds(1)});
+  auto gated2 = NewGatedSandbox(LocalAt(dir),
+                                {.reviewer = waiting, .review_timeout = std::chrono::seconds(1)});
   ASSERT_TRUE(gated2);
   const auto start = std::chrono::steady_clock::now();
   auto result2 = (*gated2)->Exec({}, {.path = "touch", .args = {"marker"}});
@@ -312,7 +316,8 @@ TEST(GatedSandbox, AReviewerErrorDenies) {
   auto result = gated->Exec({}, {.path = "touch", .args = {"marker"}});
   ASSERT_FALSE(result);
   EXPECT_EQ(result.error().code(), Error::Code::Denied);
-  EXPECT_EQ(result.error().message(), "denied by the broken reviewer: the reviewer failed: lost its mind");
+  EXPECT_EQ(result.error().message(),
+            "denied by the broken reviewer: the reviewer failed: lost its mind");
   EXPECT_FALSE(HostPathExists(dir.Join("marker")));
 }
 
@@ -355,10 +360,12 @@ TEST(GatedSandbox, AuditLogRecordsEveryDecisionAndEveryOperationOnce) {
   TempDir dir, logs;
   auto audit = AuditLog::Open({.path = logs.Join("audit.jsonl")});
   ASSERT_TRUE(audit) << audit.error().ToString();
-  auto reviewer = NewCallbackReviewer([](const Context&, const ReviewRequest& request) {
-    if (request.command && request.command->path == "rm") return Decision::Deny("no rm");
-    return Decision::Allow();
-  }, "cb");
+  auto reviewer = NewCallbackReviewer(
+      [](const Context&, const ReviewRequest& request) {
+        if (request.command && request.command->path == "rm") return Decision::Deny("no rm");
+        return Decision::Allow();
+      },
+      "cb");
   auto gated = Gate(LocalAt(dir), reviewer, *audit);
   ASSERT_TRUE(gated);
   ASSERT_TRUE(gated->Exec({}, {.path = "sh", .args = {"-c", "exit 7"}}));
@@ -375,14 +382,15 @@ TEST(GatedSandbox, AuditLogRecordsEveryDecisionAndEveryOperationOnce) {
     EXPECT_EQ(line["sandbox"], "sb-test");
     EXPECT_EQ(line["backend"], "local");
     EXPECT_TRUE(line["time"].is_string());
-    summary.push_back(line["event"].get<std::string>() + " " + line["operation"].get<std::string>() +
+    summary.push_back(line["event"].get<std::string>() + " " +
+                      line["operation"].get<std::string>() +
                       (line.contains("decision") ? " " + line["decision"].get<std::string>() : ""));
   }
-  EXPECT_EQ(summary, (std::vector<std::string>{
-                         "decision exec allow", "operation exec", "decision exec deny",
-                         "decision write_file allow", "operation write_file", "operation read_file",
-                         "operation read_file", "operation list_dir", "decision remove allow",
-                         "operation remove"}));
+  EXPECT_EQ(summary, (std::vector<std::string>{"decision exec allow", "operation exec",
+                                               "decision exec deny", "decision write_file allow",
+                                               "operation write_file", "operation read_file",
+                                               "operation read_file", "operation list_dir",
+                                               "decision remove allow", "operation remove"}));
   EXPECT_EQ(lines[0]["argv"], nlohmann::json({"sh", "-c", "exit 7"}));
   EXPECT_EQ(lines[0]["reviewer"], "cb");
   EXPECT_EQ(lines[1]["exit_code"], 7);
@@ -423,6 +431,82 @@ TEST(GatedSandbox, AuditOnlyGateRecordsOperationsWithoutDecisions) {
   EXPECT_EQ(lines[0]["event"], "operation");
   EXPECT_EQ(lines[0]["exit_code"], 0);
 }
+
+TEST(GatedSandbox, AnAuditLogThatCannotBeWrittenStopsTheGate) {
+  TempDir dir, logs;
+  const std::string path = logs.Join("a.jsonl");
+  WriteHostFile(path, std::string(4000, 'x') + "\n");
+  // Rotation will have to rename the log onto a non-empty directory: it fails.
+  ASSERT_EQ(mkdir((path + ".1").c_str(), 0755), 0);
+  WriteHostFile(path + ".1/occupied", "");
+  auto audit = AuditLog::Open({.path = path, .max_bytes = 4096, .keep_rotated = 1});
+  ASSERT_TRUE(audit);
+  std::atomic<int> calls = 0;
+  auto gated = Gate(LocalAt(dir), AllowAll(&calls), *audit);
+  ASSERT_TRUE(gated);
+  auto result = gated->Exec({}, {.path = "touch", .args = {"marker"}});
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().code(), Error::Code::Unavailable);
+  EXPECT_EQ(result.error().message(), "the review gate stopped: rename '" + path +
+                                          "': Is a directory; nothing runs without its audit line");
+  EXPECT_EQ(calls, 1);
+  // Every later operation is refused before review, reads included.
+  EXPECT_FALSE(gated->ReadFile({}, "x"));
+  EXPECT_FALSE(gated->Exec({}, {.path = "touch", .args = {"marker"}}));
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(HostPathExists(dir.Join("marker")));
+}
+
+TEST(GatedSandbox, ALoneSessionCanBeGated) {
+  TempDir dir;
+  auto base = LocalAt(dir);
+  ASSERT_TRUE(base);
+  auto session = As<Sessioner>(*base)->NewSession({});
+  ASSERT_TRUE(session);
+  auto gated = NewGatedSession(std::move(*session), {.reviewer = DenyAll()}, "local");
+  ASSERT_TRUE(gated) << gated.error().ToString();
+  auto result = (*gated)->Exec({}, {.path = "touch", .args = {"marker"}});
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().message(), "denied by the test reviewer: not today");
+  EXPECT_FALSE(HostPathExists(dir.Join("marker")));
+  EXPECT_TRUE((*gated)->Close());
+}
+
+// The gate over every backend: the capabilities seen through it are exactly
+// the base's minus ProcessHost, and a denied command never runs there.
+class GatedBackendTest : public ConformanceTest {};
+
+TEST_P(GatedBackendTest, ForwardsEveryCapabilityButProcessHostAndDeniedNeverRuns) {
+  std::shared_ptr<Sandbox> base = std::move(sandbox_);
+  auto reviewer = NewCallbackReviewer([](const Context&, const ReviewRequest& request) {
+    if (request.command && request.command->path == "touch") return Decision::Deny("no touch");
+    if (request.operation == Operation::WriteFile) return Decision::Deny("no writes");
+    return Decision::Allow();
+  });
+  auto gated = Gate(base, reviewer);
+  ASSERT_TRUE(gated);
+  EXPECT_EQ(As<ProcessHost>(*gated), nullptr);
+  EXPECT_EQ(As<Appender>(*gated) != nullptr, As<Appender>(*base) != nullptr);
+  EXPECT_EQ(As<DirectoryMaker>(*gated) != nullptr, As<DirectoryMaker>(*base) != nullptr);
+  EXPECT_EQ(As<LimitedReader>(*gated) != nullptr, As<LimitedReader>(*base) != nullptr);
+  EXPECT_EQ(As<Sessioner>(*gated) != nullptr, As<Sessioner>(*base) != nullptr);
+  EXPECT_EQ(As<WorkdirReporter>(*gated) != nullptr, As<WorkdirReporter>(*base) != nullptr);
+  EXPECT_EQ(gated->GetCapabilities().isolation, base->GetCapabilities().isolation);
+  auto denied = gated->Exec({}, {.path = "touch", .args = {"marker"}});
+  ASSERT_FALSE(denied);
+  EXPECT_EQ(denied.error().message(), "denied by the callback reviewer: no touch");
+  auto write = gated->WriteFile({}, "written", "x", 0644);
+  ASSERT_FALSE(write);
+  EXPECT_EQ(write.error().code(), Error::Code::Denied);
+  auto allowed = gated->Exec({}, {.path = "/bin/sh", .args = {"-c", "echo ok; ls"}});
+  ASSERT_TRUE(allowed) << allowed.error().ToString();
+  EXPECT_EQ(allowed->stdout_data, "ok\n");
+  EXPECT_FALSE(HostPathExists(Host("marker")));
+  EXPECT_FALSE(HostPathExists(Host("written")));
+  EXPECT_TRUE(gated->Close());
+}
+
+SANDBOX_INSTANTIATE_CONFORMANCE(GatedBackendTest);
 
 }  // namespace
 }  // namespace sandbox::testing

@@ -1,11 +1,12 @@
 // The CLI's backend table: every backend --backend accepts has a row, and
 // --isolation picks the fastest available one that gives at least the level,
 // never a weaker one.
+#include "select.h"
+
 #include <gtest/gtest.h>
 
 #include "backends.h"
 #include "flags.h"
-#include "select.h"
 
 namespace sandbox::cli {
 namespace {

@@ -21,14 +21,14 @@ namespace sandbox {
 
 // One line of the audit log. Empty/unset fields are left out of the line.
 struct AuditRecord {
-  std::string event;        // "decision" or "operation"
+  std::string event;  // "decision" or "operation"
   std::string sandbox_id;
   std::string backend;
-  std::string operation;    // "exec", "write_file", ...
+  std::string operation;  // "exec", "write_file", ...
   bool in_session = false;
-  std::vector<std::string> argv;  // exec: program then arguments
-  std::string dir;                // exec: working directory
-  std::string path;               // file operations
+  std::vector<std::string> argv;       // exec: program then arguments
+  std::string dir;                     // exec: working directory
+  std::string path;                    // file operations
   std::optional<std::uint64_t> bytes;  // bytes written, appended or read
   // event "decision":
   std::string decision;  // "allow", "allow_remember", "remembered", "deny"

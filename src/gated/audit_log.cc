@@ -1,5 +1,3 @@
-#include "sandbox/audit.h"
-
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -12,6 +10,7 @@
 #include <utility>
 
 #include "os/syscalls.h"
+#include "sandbox/audit.h"
 
 namespace sandbox {
 namespace {
@@ -45,9 +44,11 @@ Expected<std::shared_ptr<AuditLog>> AuditLog::Open(const AuditOptions& options) 
   if (options.path.empty())
     return Fail(Error::Code::InvalidArgument, "the audit log needs a file path");
   if (options.max_bytes < 4096)
-    return Fail(Error::Code::InvalidArgument, "the audit log's size bound must be at least 4096 bytes");
+    return Fail(Error::Code::InvalidArgument,
+                "the audit log's size bound must be at least 4096 bytes");
   if (options.keep_rotated < 0 || options.keep_rotated > 1000)
-    return Fail(Error::Code::InvalidArgument, "the audit log keeps between 0 and 1000 rotated files");
+    return Fail(Error::Code::InvalidArgument,
+                "the audit log keeps between 0 and 1000 rotated files");
   std::shared_ptr<AuditLog> log(new AuditLog(options));
   SANDBOX_RETURN_IF_ERROR(log->OpenFile());
   return log;
@@ -122,8 +123,7 @@ std::string AuditLog::Format(const AuditRecord& record,
   if (!record.reason.empty()) line["reason"] = cut(record.reason);
   if (record.exit_code) line["exit_code"] = *record.exit_code;
   if (record.signal) line["signal"] = *record.signal;
-  if (record.duration)
-    line["duration_ms"] = static_cast<double>(record.duration->count()) / 1e6;
+  if (record.duration) line["duration_ms"] = static_cast<double>(record.duration->count()) / 1e6;
   if (record.timed_out) line["timed_out"] = *record.timed_out;
   if (record.stdout_truncated) line["stdout_truncated"] = *record.stdout_truncated;
   if (record.stderr_truncated) line["stderr_truncated"] = *record.stderr_truncated;

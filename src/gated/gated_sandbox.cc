@@ -145,7 +145,8 @@ class GateCore {
     record.reason = decision.reason;
     SANDBOX_RETURN_IF_ERROR(Audit(record));
     if (decision.verdict == Decision::Verdict::Deny) {
-      if (ctx.cancelled()) return Fail(Error::Code::Cancelled, "the call was cancelled during review");
+      if (ctx.cancelled())
+        return Fail(Error::Code::Cancelled, "the call was cancelled during review");
       return Fail(Error::Code::Denied,
                   "denied by the " + record.reviewer + " reviewer: " + decision.reason);
     }
@@ -165,9 +166,9 @@ class GateCore {
     if (written) return {};
     std::lock_guard lock(mutex_);
     if (!broken_)
-      broken_ = Error(Error::Code::Unavailable,
-                      "the review gate stopped: " + written.error().message() +
-                          "; nothing runs without its audit line");
+      broken_ =
+          Error(Error::Code::Unavailable, "the review gate stopped: " + written.error().message() +
+                                              "; nothing runs without its audit line");
     return Fail(*broken_);
   }
 
@@ -238,8 +239,7 @@ class GatedSession final : public Session {
       : core_(std::move(core)), base_(std::move(base)) {}
 
   Expected<Result> Exec(const Context& ctx, const Command& cmd) override {
-    return GatedExec(*core_, ctx, cmd, /*in_session=*/true,
-                     [&] { return base_->Exec(ctx, cmd); });
+    return GatedExec(*core_, ctx, cmd, /*in_session=*/true, [&] { return base_->Exec(ctx, cmd); });
   }
   Status Close() override { return base_->Close(); }
 
@@ -251,8 +251,8 @@ class GatedSession final : public Session {
 // A file operation that may be reviewed: review when `reviewed`, run, record.
 template <class Run>
 auto GatedFileOperation(GateCore& core, const Context& ctx, Operation operation,
-                        std::string_view path, std::string_view data, FileMode mode,
-                        bool reviewed, Run run) -> decltype(run()) {
+                        std::string_view path, std::string_view data, FileMode mode, bool reviewed,
+                        Run run) -> decltype(run()) {
   ReviewRequest request = core.NewRequest(operation);
   request.path = path;
   request.data = data;
@@ -325,10 +325,9 @@ class GatedAppender : public Appender {
   explicit GatedAppender(GateCore* core) : core_(core) {}
   Status AppendFile(const Context& ctx, std::string_view path, std::string_view data,
                     FileMode mode) override {
-    return GatedFileOperation(*core_, ctx, Operation::AppendFile, path, data, mode,
-                              core_->options().review_append_file, [&] {
-                                return As<Appender>(core_->base())->AppendFile(ctx, path, data, mode);
-                              });
+    return GatedFileOperation(
+        *core_, ctx, Operation::AppendFile, path, data, mode, core_->options().review_append_file,
+        [&] { return As<Appender>(core_->base())->AppendFile(ctx, path, data, mode); });
   }
 
  private:
@@ -339,10 +338,9 @@ class GatedDirectoryMaker : public DirectoryMaker {
  public:
   explicit GatedDirectoryMaker(GateCore* core) : core_(core) {}
   Status MakeDirAll(const Context& ctx, std::string_view path, FileMode mode) override {
-    return GatedFileOperation(*core_, ctx, Operation::MakeDirAll, path, {}, mode,
-                              core_->options().review_make_dir_all, [&] {
-                                return As<DirectoryMaker>(core_->base())->MakeDirAll(ctx, path, mode);
-                              });
+    return GatedFileOperation(
+        *core_, ctx, Operation::MakeDirAll, path, {}, mode, core_->options().review_make_dir_all,
+        [&] { return As<DirectoryMaker>(core_->base())->MakeDirAll(ctx, path, mode); });
   }
 
  private:
@@ -442,33 +440,44 @@ std::unique_ptr<Sandbox> MakeGated(const std::shared_ptr<GateCore>& core, const 
 
 std::string_view ToString(Operation operation) {
   switch (operation) {
-    case Operation::Exec: return "exec";
-    case Operation::WriteFile: return "write_file";
-    case Operation::AppendFile: return "append_file";
-    case Operation::Remove: return "remove";
-    case Operation::MakeDirAll: return "make_dir_all";
-    case Operation::ReadFile: return "read_file";
-    case Operation::ReadFileLimit: return "read_file_limit";
-    case Operation::ListDir: return "list_dir";
-    case Operation::NewSession: return "new_session";
+    case Operation::Exec:
+      return "exec";
+    case Operation::WriteFile:
+      return "write_file";
+    case Operation::AppendFile:
+      return "append_file";
+    case Operation::Remove:
+      return "remove";
+    case Operation::MakeDirAll:
+      return "make_dir_all";
+    case Operation::ReadFile:
+      return "read_file";
+    case Operation::ReadFileLimit:
+      return "read_file_limit";
+    case Operation::ListDir:
+      return "list_dir";
+    case Operation::NewSession:
+      return "new_session";
   }
   return "unknown";
 }
 
 Expected<Operation> ParseOperation(std::string_view name) {
-  for (Operation operation :
-       {Operation::Exec, Operation::WriteFile, Operation::AppendFile, Operation::Remove,
-        Operation::MakeDirAll, Operation::ReadFile, Operation::ReadFileLimit, Operation::ListDir,
-        Operation::NewSession})
+  for (Operation operation : {Operation::Exec, Operation::WriteFile, Operation::AppendFile,
+                              Operation::Remove, Operation::MakeDirAll, Operation::ReadFile,
+                              Operation::ReadFileLimit, Operation::ListDir, Operation::NewSession})
     if (ToString(operation) == name) return operation;
   return Fail(Error::Code::InvalidArgument, "unknown operation '" + std::string(name) + "'");
 }
 
 std::string_view ToString(Decision::Verdict verdict) {
   switch (verdict) {
-    case Decision::Verdict::Allow: return "allow";
-    case Decision::Verdict::AllowRemember: return "allow_remember";
-    case Decision::Verdict::Deny: return "deny";
+    case Decision::Verdict::Allow:
+      return "allow";
+    case Decision::Verdict::AllowRemember:
+      return "allow_remember";
+    case Decision::Verdict::Deny:
+      return "deny";
   }
   return "deny";
 }
@@ -511,8 +520,8 @@ Expected<std::unique_ptr<Sandbox>> NewGatedSandbox(std::shared_ptr<Sandbox> base
   std::string workdir;
   if (auto* reporter = As<WorkdirReporter>(*base)) workdir = reporter->Workdir();
   const bool present[5] = {
-      As<Appender>(*base) != nullptr,       As<DirectoryMaker>(*base) != nullptr,
-      As<LimitedReader>(*base) != nullptr,  As<Sessioner>(*base) != nullptr,
+      As<Appender>(*base) != nullptr,        As<DirectoryMaker>(*base) != nullptr,
+      As<LimitedReader>(*base) != nullptr,   As<Sessioner>(*base) != nullptr,
       As<WorkdirReporter>(*base) != nullptr,
   };
   auto core = std::make_shared<GateCore>(std::move(base), std::move(options), std::move(backend),

@@ -55,7 +55,8 @@ class InteractiveReviewer final : public Reviewer {
         return Decision::Deny("the person reviewing closed the terminal without answering");
       }
       std::string answer = Trim(**line);
-      if (answer == "y" || answer == "yes") return Decision::Allow("allowed by the person reviewing");
+      if (answer == "y" || answer == "yes")
+        return Decision::Allow("allowed by the person reviewing");
       if (answer == "a" || answer == "always")
         return Decision::AllowRemember("allowed by the person reviewing, for this sandbox");
       if (answer == "n" || answer == "no") return Decision::Deny("denied by the person reviewing");
@@ -129,8 +130,8 @@ class InteractiveReviewer final : public Reviewer {
       SANDBOX_RETURN_IF_ERROR(ctx.Check());
       int wait_ms = 100;  // wakes to notice a stop request
       if (ctx.deadline()) {
-        auto left = std::chrono::ceil<std::chrono::milliseconds>(*ctx.deadline() -
-                                                                 Context::Clock::now());
+        auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(*ctx.deadline() - Context::Clock::now());
         wait_ms = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 100));
       }
       pollfd waiter{.fd = in_fd_, .events = POLLIN, .revents = 0};
@@ -156,7 +157,8 @@ class InteractiveReviewer final : public Reviewer {
 
 }  // namespace
 
-Expected<std::shared_ptr<Reviewer>> NewInteractiveReviewer(const InteractiveReviewerOptions& options) {
+Expected<std::shared_ptr<Reviewer>> NewInteractiveReviewer(
+    const InteractiveReviewerOptions& options) {
   if ((options.in_fd < 0) != (options.out_fd < 0))
     return Fail(Error::Code::InvalidArgument,
                 "give both in_fd and out_fd to the interactive reviewer, or neither for /dev/tty");
@@ -168,10 +170,11 @@ Expected<std::shared_ptr<Reviewer>> NewInteractiveReviewer(const InteractiveRevi
   int tty = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY);
   if (tty < 0)
     return Fail(Error::Code::Unavailable,
-                "cannot ask a person: no terminal (" + os::ErrnoError(errno, "open", "/dev/tty").message() +
+                "cannot ask a person: no terminal (" +
+                    os::ErrnoError(errno, "open", "/dev/tty").message() +
                     "); use a policy file (--review POLICY.json) instead");
-  return std::shared_ptr<Reviewer>(std::make_shared<InteractiveReviewer>(
-      os::UniqueFd(tty), tty, tty, options.max_shown_bytes));
+  return std::shared_ptr<Reviewer>(
+      std::make_shared<InteractiveReviewer>(os::UniqueFd(tty), tty, tty, options.max_shown_bytes));
 }
 
 }  // namespace sandbox

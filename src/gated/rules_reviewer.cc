@@ -34,8 +34,8 @@ struct Rule {
   Action action = Action::kDeny;
   std::vector<Operation> operations;  // empty: every operation the rule can match
   std::vector<std::string> programs;
-  std::vector<std::string> args;      // leading arguments, position by position
-  std::vector<std::string> any_arg;   // some argument matches one of these
+  std::vector<std::string> args;     // leading arguments, position by position
+  std::vector<std::string> any_arg;  // some argument matches one of these
   std::vector<std::string> paths;
   std::string reason;
 
@@ -110,7 +110,9 @@ class PolicyParser {
     std::string current_top_key;
     std::vector<std::set<std::string>> open_objects;
     std::optional<Error> duplicate;
-    auto line_now = [&] { return LineAt(text_, static_cast<std::size_t>(furthest - text_.data())); };
+    auto line_now = [&] {
+      return LineAt(text_, static_cast<std::size_t>(furthest - text_.data()));
+    };
     auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) -> bool {
       switch (event) {
         case Json::parse_event_t::object_start:
@@ -160,10 +162,11 @@ class PolicyParser {
       line_start = line_start == std::string_view::npos || offset == 0 ? 0 : line_start + 1;
       std::string what = error.what();
       // nlohmann's message: "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
-      if (std::size_t colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
-      return Fail(Error::Code::InvalidArgument,
-                  std::string(source_) + ":" + std::to_string(line) + ":" +
-                      std::to_string(offset - line_start + 1) + ": invalid JSON: " + what);
+      if (std::size_t colon = what.find(": "); colon != std::string::npos)
+        what = what.substr(colon + 2);
+      return Fail(Error::Code::InvalidArgument, std::string(source_) + ":" + std::to_string(line) +
+                                                    ":" + std::to_string(offset - line_start + 1) +
+                                                    ": invalid JSON: " + what);
     } catch (const Json::exception& error) {
       return Fail(Error::Code::InvalidArgument,
                   std::string(source_) + ": invalid JSON: " + error.what());
@@ -192,7 +195,8 @@ class PolicyParser {
   }
 
   // A string or a non-empty array of non-empty strings.
-  static Expected<std::vector<std::string>> ParseStrings(const Json& value, bool allow_empty_items) {
+  static Expected<std::vector<std::string>> ParseStrings(const Json& value,
+                                                         bool allow_empty_items) {
     std::vector<std::string> out;
     auto add = [&](const Json& item) -> Status {
       if (!item.is_string())
@@ -225,12 +229,13 @@ class PolicyParser {
                                           "' (expected version, default, default_reason, rules, "
                                           "comment)");
     }
-    if (!document.contains("version"))
-      return Invalid(1, "missing \"version\": 1");
+    if (!document.contains("version")) return Invalid(1, "missing \"version\": 1");
     if (document["version"] != 1)
       return Invalid(top_line("version"), "unsupported \"version\": this sandbox reads version 1");
     if (!document.contains("default"))
-      return Invalid(1, "missing \"default\": \"allow\", \"deny\" or \"ask\" (what happens when no rule matches)");
+      return Invalid(1,
+                     "missing \"default\": \"allow\", \"deny\" or \"ask\" (what happens when no "
+                     "rule matches)");
     Policy policy;
     policy.source = std::string(source_);
     auto action = ParseAction(document["default"]);
@@ -243,7 +248,8 @@ class PolicyParser {
     }
     if (!document.contains("rules")) return policy;
     const Json& rules = document["rules"];
-    if (!rules.is_array()) return Invalid(top_line("rules"), "\"rules\" must be an array of objects");
+    if (!rules.is_array())
+      return Invalid(top_line("rules"), "\"rules\" must be an array of objects");
     for (std::size_t i = 0; i < rules.size(); ++i) {
       const int line = i < where.rule_lines.size() ? where.rule_lines[i] : top_line("rules");
       const std::string name = "rule " + std::to_string(i + 1);
@@ -283,8 +289,8 @@ class PolicyParser {
         } else if (key == "program" || key == "args" || key == "any_arg" || key == "path") {
           auto patterns = ParseStrings(value, key == "args");
           if (!patterns) return invalid(patterns.error());
-          (key == "program" ? rule.programs
-           : key == "args"  ? rule.args
+          (key == "program"   ? rule.programs
+           : key == "args"    ? rule.args
            : key == "any_arg" ? rule.any_arg
                               : rule.paths) = std::move(*patterns);
         } else if (key == "reason") {
@@ -298,13 +304,16 @@ class PolicyParser {
       }
       if (!has_action) return Invalid(line, name + ": missing \"action\"");
       if (rule.is_exec_rule() && rule.is_path_rule())
-        return Invalid(line, name + ": a rule matches a program or a path, not both (program, "
-                                    "args and any_arg are for exec; path is for file operations)");
+        return Invalid(line, name +
+                                 ": a rule matches a program or a path, not both (program, "
+                                 "args and any_arg are for exec; path is for file operations)");
       for (Operation op : rule.operations) {
         if (rule.is_exec_rule() && op != Operation::Exec)
           return Invalid(key_line("operations"),
-                         name + ": program, args and any_arg only match exec, but the rule "
-                                "lists '" + std::string(ToString(op)) + "'");
+                         name +
+                             ": program, args and any_arg only match exec, but the rule "
+                             "lists '" +
+                             std::string(ToString(op)) + "'");
         if (rule.is_path_rule() && op == Operation::Exec)
           return Invalid(key_line("operations"),
                          name + ": path only matches file operations, but the rule lists 'exec'");
@@ -323,7 +332,8 @@ std::string Basename(std::string_view path) {
   return std::string(slash == std::string_view::npos ? path : path.substr(slash + 1));
 }
 
-bool AnyMatch(const std::vector<std::string>& patterns, std::string_view text, gated::GlobMode mode) {
+bool AnyMatch(const std::vector<std::string>& patterns, std::string_view text,
+              gated::GlobMode mode) {
   for (const std::string& pattern : patterns)
     if (gated::GlobMatch(pattern, text, mode)) return true;
   return false;
@@ -331,9 +341,8 @@ bool AnyMatch(const std::vector<std::string>& patterns, std::string_view text, g
 
 bool Matches(const Rule& rule, const ReviewRequest& request) {
   const bool is_exec = request.operation == Operation::Exec;
-  if (!rule.operations.empty() &&
-      std::find(rule.operations.begin(), rule.operations.end(), request.operation) ==
-          rule.operations.end())
+  if (!rule.operations.empty() && std::find(rule.operations.begin(), rule.operations.end(),
+                                            request.operation) == rule.operations.end())
     return false;
   if (rule.is_exec_rule() && !is_exec) return false;
   if (rule.is_path_rule() && is_exec) return false;
@@ -362,7 +371,8 @@ bool Matches(const Rule& rule, const ReviewRequest& request) {
     }
   }
   if (rule.is_path_rule() &&
-      !AnyMatch(rule.paths, gated::NormalizePath(request.path, request.workdir), gated::GlobMode::kPath))
+      !AnyMatch(rule.paths, gated::NormalizePath(request.path, request.workdir),
+                gated::GlobMode::kPath))
     return false;
   return true;
 }
@@ -418,7 +428,8 @@ Expected<std::shared_ptr<Reviewer>> ParseRulesReviewer(std::string_view policy_t
                 std::string(source_name) + ": a policy file holds at most 1 MiB");
   auto policy = PolicyParser(policy_text, source_name).Parse();
   if (!policy) return Fail(policy.error());
-  return std::shared_ptr<Reviewer>(std::make_shared<RulesReviewer>(std::move(*policy), std::move(ask)));
+  return std::shared_ptr<Reviewer>(
+      std::make_shared<RulesReviewer>(std::move(*policy), std::move(ask)));
 }
 
 Expected<std::shared_ptr<Reviewer>> LoadRulesReviewer(const std::string& policy_path,
@@ -434,8 +445,9 @@ Expected<std::shared_ptr<Reviewer>> LoadRulesReviewer(const std::string& policy_
     return Fail(Error::Code::NotARegularFile,
                 "the review policy '" + policy_path + "' is not a regular file");
   auto text = os::ReadAll(fd, kMaxPolicyBytes + 1);
-  if (!text) return Fail(text.error().code(), "cannot read the review policy '" + policy_path +
-                                                  "': " + text.error().message());
+  if (!text)
+    return Fail(text.error().code(),
+                "cannot read the review policy '" + policy_path + "': " + text.error().message());
   return ParseRulesReviewer(*text, policy_path, std::move(ask));
 }
 

@@ -24,7 +24,8 @@ std::vector<Token> Tokenize(std::string_view pattern, GlobMode mode) {
     } else if (c == '*') {
       bool double_star = mode == GlobMode::kPath && i + 1 < pattern.size() && pattern[i + 1] == '*';
       while (i + 1 < pattern.size() && pattern[i + 1] == '*') ++i;
-      tokens.push_back({double_star || mode == GlobMode::kText ? Token::kDoubleStar : Token::kStar});
+      tokens.push_back(
+          {double_star || mode == GlobMode::kText ? Token::kDoubleStar : Token::kStar});
     } else {
       tokens.push_back({Token::kLiteral, c});
     }
@@ -47,9 +48,8 @@ bool GlobMatch(std::string_view pattern, std::string_view text, GlobMode mode) {
         for (std::size_t j = 0; j < text.size(); ++j) {
           if (!matches[j]) continue;
           char c = text[j];
-          bool ok = token.kind == Token::kLiteral
-                        ? c == token.literal
-                        : !(mode == GlobMode::kPath && c == '/');
+          bool ok = token.kind == Token::kLiteral ? c == token.literal
+                                                  : !(mode == GlobMode::kPath && c == '/');
           if (ok) next[j + 1] = 1;
         }
         break;
@@ -118,7 +118,8 @@ bool IsDeceptive(std::uint32_t code_point) {
   return (code_point >= 0x200B && code_point <= 0x200F) ||
          (code_point >= 0x2028 && code_point <= 0x202E) ||
          (code_point >= 0x2060 && code_point <= 0x206F) || code_point == 0xFEFF ||
-         code_point == 0x061C || code_point == 0x00AD || (code_point >= 0xFFF9 && code_point <= 0xFFFB);
+         code_point == 0x061C || code_point == 0x00AD ||
+         (code_point >= 0xFFF9 && code_point <= 0xFFFB);
 }
 
 // The length of the valid UTF-8 sequence at the front of `text` and its code
@@ -180,12 +181,24 @@ std::string QuoteForTerminal(std::string_view text, std::size_t max_bytes) {
         continue;
       }
       switch (c) {
-        case '\\': out += "\\\\"; break;
-        case '\'': out += "\\'"; break;
-        case '\n': out += "\\n"; break;
-        case '\t': out += "\\t"; break;
-        case '\r': out += "\\r"; break;
-        case 0x1B: out += "\\e"; break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\'':
+          out += "\\'";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case 0x1B:
+          out += "\\e";
+          break;
         default:
           if (c < 0x20 || c == 0x7F) {
             std::snprintf(buffer, sizeof buffer, "\\x%02X", c);

@@ -10,8 +10,7 @@ Expected<GateSetup> PrepareGate(const RunFlags& flags) {
   if (flags.review) {
     if (*flags.review == "ask") {
       auto person = NewInteractiveReviewer();
-      if (!person)
-        return Fail(person.error().code(), "--review ask: " + person.error().message());
+      if (!person) return Fail(person.error().code(), "--review ask: " + person.error().message());
       setup.reviewer = std::move(*person);
     } else {
       // A policy's "ask" rules go to the terminal when there is one; without

@@ -95,9 +95,10 @@ Expected<std::string> PickBackend(Isolation minimum) {
   }
   return Fail(Error::Code::InsufficientIsolation,
               "--isolation " + std::string(ToString(minimum)) +
-                  ": no backend on this machine gives isolation " +
-                  std::string(ToString(minimum)) + " or stronger, and a weaker one is never used "
-                  "instead:" + missing);
+                  ": no backend on this machine gives isolation " + std::string(ToString(minimum)) +
+                  " or stronger, and a weaker one is never used "
+                  "instead:" +
+                  missing);
 }
 
 }  // namespace sandbox::cli
