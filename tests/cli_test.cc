@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -746,6 +747,53 @@ TEST_F(CliGateTest, NamedBackendWeakerThanIsolationIsRefused) {
   EXPECT_EQ(run.err,
             "sandbox: --backend local gives isolation none but --isolation process was asked "
             "for; drop --backend to pick one that gives it\n");
+  EXPECT_FALSE(HostPathExists(Marker()));
+}
+
+// --review ask on a real terminal: the CLI runs with a pseudo-terminal as its
+// controlling terminal (/dev/tty), as a person's shell would give it.
+TEST_F(CliGateTest, ReviewAskAsksOnTheTerminalShowingTheCommandEscaped) {
+  const std::vector<std::string> args = {
+      kCliPath, "run", "--workspace", workspace_.path(), "--backend", "local", "--review", "ask",
+      "--", "touch", "marker", "\x1b[2J\x1b[Hls"};
+  int controller = -1;
+  pid_t pid = forkpty(&controller, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0) << std::strerror(errno);
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  std::string seen;
+  auto read_until = [&](std::string_view text) {
+    const auto deadline = steady_clock::now() + std::chrono::seconds(10);
+    while (seen.find(text) == std::string::npos && steady_clock::now() < deadline) {
+      pollfd waiter{.fd = controller, .events = POLLIN, .revents = 0};
+      if (poll(&waiter, 1, 100) <= 0) continue;
+      char buffer[4096];
+      ssize_t got = read(controller, buffer, sizeof buffer);
+      if (got <= 0) return;  // EIO: the CLI exited and closed the terminal
+      seen.append(buffer, static_cast<std::size_t>(got));
+    }
+  };
+  read_until("or n REASON: ");
+  EXPECT_NE(seen.find("wants to run:\r\n  touch marker $'\\e[2J\\e[Hls'\r\n"), std::string::npos)
+      << seen;
+  EXPECT_EQ(seen.find('\x1b'), std::string::npos) << seen;
+  ASSERT_EQ(write(controller, "n not now\n", 10), 10);
+  read_until("\x01never\x01");  // to the end
+  close(controller);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 125) << seen;
+  EXPECT_NE(seen.find("sandbox: denied by the interactive reviewer: denied by the person "
+                      "reviewing: not now\r\n"),
+            std::string::npos)
+      << seen;
   EXPECT_FALSE(HostPathExists(Marker()));
 }
 
