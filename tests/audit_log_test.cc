@@ -1,6 +1,7 @@
 // The audit log: one valid JSON object per line, every string escaped to
 // printable ASCII, lines never interleaved, rotation bounding its size.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -176,6 +177,9 @@ TEST(AuditLog, RefusesASymlinkAndBadOptions) {
   auto missing_dir = AuditLog::Open({.path = dir.Join("no/such/a.jsonl")});
   ASSERT_FALSE(missing_dir);
   EXPECT_EQ(missing_dir.error().code(), Error::Code::NotFound);
+  ASSERT_EQ(mkfifo(dir.Join("fifo").c_str(), 0600), 0);
+  auto fifo = AuditLog::Open({.path = dir.Join("fifo")});  // returns, never blocks
+  ASSERT_FALSE(fifo);
   EXPECT_FALSE(AuditLog::Open({.path = ""}));
   EXPECT_FALSE(AuditLog::Open({.path = dir.Join("x"), .max_bytes = 100}));
 }

@@ -264,6 +264,21 @@ TEST(RulesReviewer, LoadRefusesMissingFilesAndNonRegularFiles) {
   EXPECT_EQ(big.error().code(), Error::Code::TooLarge);
 }
 
+TEST(RulesReviewer, HugeAndDeeplyNestedPoliciesAreRefusedWithoutCrashing) {
+  const std::string deep = "{\"version\": 1, \"default\": \"deny\", \"rules\": [" +
+                           std::string(200000, '[') + std::string(200000, ']') + "]}";
+  auto nested = ParseRulesReviewer(deep, "p.json");
+  ASSERT_FALSE(nested);
+  EXPECT_EQ(nested.error().message(), "p.json:1: rule 1 must be an object");
+  std::string many = "{\"version\": 1, \"default\": \"deny\", \"rules\": [\n";
+  for (int i = 0; i < 20000; ++i) many += "{\"action\": \"allow\", \"program\": \"p\"},\n";
+  many += "{\"action\": \"nope\"}]}";
+  auto last_bad = ParseRulesReviewer(many, "p.json");
+  ASSERT_FALSE(last_bad);
+  EXPECT_EQ(last_bad.error().message(),
+            "p.json:20002: rule 20001: \"action\" must be \"allow\", \"deny\" or \"ask\"");
+}
+
 TEST(GatedText, GlobMatching) {
   using gated::GlobMatch;
   using gated::GlobMode;

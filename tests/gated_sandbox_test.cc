@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -318,6 +319,33 @@ TEST(GatedSandbox, AReviewerErrorDenies) {
   EXPECT_EQ(result.error().code(), Error::Code::Denied);
   EXPECT_EQ(result.error().message(),
             "denied by the broken reviewer: the reviewer failed: lost its mind");
+  EXPECT_FALSE(HostPathExists(dir.Join("marker")));
+}
+
+TEST(GatedSandbox, AThrowingReviewerDenies) {
+  TempDir dir;
+  auto gated =
+      Gate(LocalAt(dir), NewCallbackReviewer([](const Context&, const ReviewRequest&) -> Decision {
+             throw std::runtime_error("bad callback");
+           }));
+  auto result = gated->Exec({}, {.path = "touch", .args = {"marker"}});
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().message(),
+            "denied by the callback reviewer: the reviewer threw: bad callback");
+  EXPECT_FALSE(HostPathExists(dir.Join("marker")));
+}
+
+TEST(GatedSandbox, TheCallersDeadlinePassingDuringReviewIsDeadlineExceeded) {
+  TempDir dir;
+  auto waiting = NewCallbackReviewer([](const Context& ctx, const ReviewRequest&) {
+    while (!ctx.expired()) std::this_thread::sleep_for(milliseconds(5));
+    return Decision::Allow();
+  });
+  auto gated = Gate(LocalAt(dir), waiting);
+  auto result =
+      gated->Exec(Context::WithTimeout(milliseconds(100)), {.path = "touch", .args = {"marker"}});
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().code(), Error::Code::DeadlineExceeded);
   EXPECT_FALSE(HostPathExists(dir.Join("marker")));
 }
 

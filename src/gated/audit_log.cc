@@ -57,8 +57,11 @@ Expected<std::shared_ptr<AuditLog>> AuditLog::Open(const AuditOptions& options) 
 Status AuditLog::OpenFile() {
   // O_APPEND: every write lands at the end, even with another writer.
   // O_NOFOLLOW: a symlink planted at the path is refused, not followed.
-  int fd = open(options_.path.c_str(),
-                O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
+  // O_NONBLOCK: a FIFO planted there fails instead of hanging the open
+  // (it changes nothing for the regular file the log must be).
+  int fd =
+      open(options_.path.c_str(),
+           O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | O_NONBLOCK, 0600);
   if (fd < 0) {
     Error error = os::ErrnoError(errno, "open", options_.path);
     return Fail(error.code(), "cannot open the audit log: " + error.message());

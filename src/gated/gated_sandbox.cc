@@ -4,6 +4,7 @@
 // capabilities are visible (all the base has, minus ProcessHost).
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -147,6 +148,8 @@ class GateCore {
     if (decision.verdict == Decision::Verdict::Deny) {
       if (ctx.cancelled())
         return Fail(Error::Code::Cancelled, "the call was cancelled during review");
+      if (ctx.expired())
+        return Fail(Error::Code::DeadlineExceeded, "the call's deadline passed during review");
       return Fail(Error::Code::Denied,
                   "denied by the " + record.reviewer + " reviewer: " + decision.reason);
     }
@@ -182,7 +185,14 @@ class GateCore {
   Decision Ask(const Context& ctx, const ReviewRequest& request) {
     const Clock::time_point deadline = Clock::now() + options_.review_timeout;
     const Context review_ctx = ctx.Deadline(deadline);
-    auto answer = options_.reviewer->Review(review_ctx, request);
+    Expected<Decision> answer = Fail(Error::Code::Internal, "no answer");
+    try {
+      answer = options_.reviewer->Review(review_ctx, request);
+    } catch (const std::exception& error) {
+      return Decision::Deny(std::string("the reviewer threw: ") + error.what());
+    } catch (...) {
+      return Decision::Deny("the reviewer threw");
+    }
     if (ctx.cancelled()) return Decision::Deny("the call was cancelled during review");
     if (review_ctx.expired()) {
       if (Clock::now() >= deadline)

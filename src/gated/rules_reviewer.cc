@@ -110,8 +110,16 @@ class PolicyParser {
     std::string current_top_key;
     std::vector<std::set<std::string>> open_objects;
     std::optional<Error> duplicate;
+    // The lexer only moves forward: count newlines incrementally, so a big
+    // policy costs linear time.
+    std::size_t counted = 0;
+    int current_line = 1;
     auto line_now = [&] {
-      return LineAt(text_, static_cast<std::size_t>(furthest - text_.data()));
+      const std::size_t offset =
+          std::min(static_cast<std::size_t>(furthest - text_.data()), text_.size());
+      for (; counted < offset; ++counted)
+        if (text_[counted] == '\n') ++current_line;
+      return current_line;
     };
     auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) -> bool {
       switch (event) {
