@@ -4,11 +4,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -626,6 +628,198 @@ TEST_F(CliTest, ARunInsideAnotherPidNamespaceLeavesThisProcesssPoolAlone) {
   auto after = (*sb)->Exec({}, Command{.path = "/bin/true"});
   ASSERT_TRUE(after) << after.error().ToString();
   EXPECT_EQ(after->exit_code, 0);
+}
+
+// ---- review gate and isolation policy: --review, --audit, --isolation ----
+
+class CliGateTest : public CliTest {
+ protected:
+  // Writes a policy file outside the workspace and returns its path.
+  std::string Policy(std::string_view text) {
+    std::string path = config_.Join("policy.json");
+    WriteHostFile(path, text);
+    return path;
+  }
+  std::string Marker() const { return workspace_.Join("marker"); }
+  TempDir config_;
+};
+
+constexpr std::string_view kCliPolicy = R"({
+  "version": 1,
+  "default": "deny",
+  "rules": [
+    {"action": "deny", "program": "touch", "reason": "no touching"},
+    {"action": "allow", "program": ["echo", "sh"]}
+  ]
+})";
+
+TEST_F(CliGateTest, ReviewPolicyDeniesWith125AndTheCommandNeverRuns) {
+  const std::string policy = Policy(kCliPolicy);
+  CliRun run = Run({"--backend", "local", "--review", policy, "--", "touch", "marker"});
+  EXPECT_EQ(run.exit_code, 125) << Describe(run);
+  EXPECT_EQ(run.out, "");
+  EXPECT_EQ(run.err, "sandbox: denied by the rules reviewer: no touching [rule 1 of " + policy +
+                         ", line 5]\n");
+  CliRun by_default = Run({"--backend", "local", "--review", policy, "--", "ls"});
+  EXPECT_EQ(by_default.exit_code, 125) << Describe(by_default);
+  EXPECT_EQ(by_default.err,
+            "sandbox: denied by the rules reviewer: denied by the default of " + policy + "\n");
+  EXPECT_FALSE(HostPathExists(Marker()));
+}
+
+TEST_F(CliGateTest, ReviewPolicyAllowsAndTheCommandRuns) {
+  CliRun run = Run({"--backend", "local", "--review", Policy(kCliPolicy), "--", "sh", "-c",
+                    "echo ran; exit 4"});
+  EXPECT_EQ(run.exit_code, 4) << Describe(run);
+  EXPECT_EQ(run.out, "ran\n");
+  EXPECT_EQ(run.err, "");
+}
+
+TEST_F(CliGateTest, MalformedPolicyIsRefusedAtStartUpWithTheLine) {
+  const std::string policy = Policy("{\"version\": 1,\n \"default\": \"deny\",\n \"rules\": [\n"
+                                    "  {\"action\": \"allow\", \"program\": \"sh\"},\n"
+                                    "  {\"action\": \"alow\", \"program\": \"echo\"}]}");
+  CliRun run = Run({"--backend", "local", "--review", policy, "--", "sh", "-c", "touch marker"});
+  EXPECT_EQ(run.exit_code, 125) << Describe(run);
+  EXPECT_EQ(run.err, "sandbox: --review: " + policy +
+                         ":5: rule 2: \"action\" must be \"allow\", \"deny\" or \"ask\"\n");
+  EXPECT_FALSE(HostPathExists(Marker()));
+  CliRun missing = Run({"--backend", "local", "--review", config_.Join("none.json"), "--", "true"});
+  EXPECT_EQ(missing.exit_code, 125);
+  EXPECT_EQ(missing.err, "sandbox: --review: cannot read the review policy: open '" +
+                             config_.Join("none.json") + "': No such file or directory\n");
+}
+
+TEST_F(CliGateTest, AuditWritesTheDecisionAndTheOperation) {
+  const std::string log = config_.Join("audit.jsonl");
+  CliRun run = Run({"--backend", "local", "--review", Policy(kCliPolicy), "--audit", log, "--",
+                    "echo", "\x1b[2Jhi"});
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
+  std::string text = ReadHostFile(log);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  std::vector<nlohmann::json> lines;
+  for (std::size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos; start = end + 1)
+    lines.push_back(nlohmann::json::parse(text.substr(start, end - start)));
+  ASSERT_EQ(lines.size(), 2u) << text;
+  EXPECT_EQ(lines[0]["event"], "decision");
+  EXPECT_EQ(lines[0]["decision"], "allow");
+  EXPECT_EQ(lines[0]["reviewer"], "rules");
+  EXPECT_EQ(lines[0]["argv"], nlohmann::json({"echo", "\x1b[2Jhi"}));
+  EXPECT_EQ(lines[1]["event"], "operation");
+  EXPECT_EQ(lines[1]["backend"], "local");
+  EXPECT_EQ(lines[1]["exit_code"], 0);
+  // A denied run appends its decision and nothing else.
+  CliRun denied = Run({"--backend", "local", "--review", Policy(kCliPolicy), "--audit", log, "--",
+                       "touch", "marker"});
+  EXPECT_EQ(denied.exit_code, 125);
+  text = ReadHostFile(log);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3);
+  EXPECT_NE(text.find("\"decision\":\"deny\""), std::string::npos);
+  EXPECT_FALSE(HostPathExists(Marker()));
+}
+
+TEST_F(CliGateTest, AuditAloneRecordsWithoutReview) {
+  const std::string log = config_.Join("audit.jsonl");
+  CliRun run = Run({"--backend", "local", "--audit", log, "--", "sh", "-c", "exit 2"});
+  EXPECT_EQ(run.exit_code, 2) << Describe(run);
+  auto line = nlohmann::json::parse(ReadHostFile(log));
+  EXPECT_EQ(line["event"], "operation");
+  EXPECT_EQ(line["exit_code"], 2);
+  EXPECT_EQ(line["argv"], nlohmann::json({"sh", "-c", "exit 2"}));
+}
+
+TEST_F(CliGateTest, UnwritableAuditLogIsRefusedBeforeAnythingRuns) {
+  CliRun run = Run({"--backend", "local", "--audit", config_.Join("no/such/dir/a.jsonl"), "--",
+                    "touch", "marker"});
+  EXPECT_EQ(run.exit_code, 125) << Describe(run);
+  EXPECT_EQ(run.err, "sandbox: --audit: cannot open the audit log: open '" +
+                         config_.Join("no/such/dir/a.jsonl") + "': No such file or directory\n");
+  EXPECT_FALSE(HostPathExists(Marker()));
+}
+
+TEST_F(CliGateTest, ReviewTimeoutMustBePositive) {
+  CliRun run = Run({"--review-timeout", "0", "--", "true"});
+  EXPECT_EQ(run.exit_code, 125);
+  EXPECT_EQ(run.err, "sandbox: --review-timeout must be more than 0\n");
+}
+
+// This branch has no gvisor or microvm backend: --isolation kernel must fail,
+// never fall back to namespace, and say what to install.
+TEST_F(CliGateTest, IsolationKernelWithoutGvisorExits125SayingWhatToInstall) {
+  CliRun run = Run({"--isolation", "kernel", "--", "touch", "marker"});
+  EXPECT_EQ(run.exit_code, 125) << Describe(run);
+  EXPECT_EQ(run.out, "");
+  EXPECT_TRUE(run.err.starts_with(
+      "sandbox: --isolation kernel: no backend on this machine gives isolation kernel or "
+      "stronger, and a weaker one is never used instead:\n"
+      "  gvisor (isolation kernel): this build has no gvisor backend yet; it needs Docker with "
+      "gVisor's runsc registered as a runtime: install Docker (apt-get install docker.io) and "
+      "gVisor's runsc (https://gvisor.dev/docs/user_guide/install/), then run `runsc install` "
+      "and restart dockerd (here: runsc is "))
+      << run.err;
+  EXPECT_NE(run.err.find("\n  microvm (isolation vm): this build has no microvm backend yet; it "
+                         "needs firecracker with /dev/kvm, or qemu-system-x86_64 (apt-get "
+                         "install qemu-system-x86) (here: /dev/kvm "),
+            std::string::npos)
+      << run.err;
+  EXPECT_EQ(run.err.find("namespace"), std::string::npos) << run.err;
+  EXPECT_FALSE(HostPathExists(Marker()));
+}
+
+TEST_F(CliGateTest, NamedBackendWeakerThanIsolationIsRefused) {
+  CliRun run = Run({"--backend", "local", "--isolation", "process", "--", "touch", "marker"});
+  EXPECT_EQ(run.exit_code, 125) << Describe(run);
+  EXPECT_EQ(run.err,
+            "sandbox: --backend local gives isolation none but --isolation process was asked "
+            "for; drop --backend to pick one that gives it\n");
+  EXPECT_FALSE(HostPathExists(Marker()));
+}
+
+// --review ask on a real terminal: the CLI runs with a pseudo-terminal as its
+// controlling terminal (/dev/tty), as a person's shell would give it.
+TEST_F(CliGateTest, ReviewAskAsksOnTheTerminalShowingTheCommandEscaped) {
+  const std::vector<std::string> args = {
+      kCliPath, "run", "--workspace", workspace_.path(), "--backend", "local", "--review", "ask",
+      "--", "touch", "marker", "\x1b[2J\x1b[Hls"};
+  int controller = -1;
+  pid_t pid = forkpty(&controller, nullptr, nullptr, nullptr);
+  ASSERT_GE(pid, 0) << std::strerror(errno);
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  std::string seen;
+  auto read_until = [&](std::string_view text) {
+    const auto deadline = steady_clock::now() + std::chrono::seconds(10);
+    while (seen.find(text) == std::string::npos && steady_clock::now() < deadline) {
+      pollfd waiter{.fd = controller, .events = POLLIN, .revents = 0};
+      if (poll(&waiter, 1, 100) <= 0) continue;
+      char buffer[4096];
+      ssize_t got = read(controller, buffer, sizeof buffer);
+      if (got <= 0) return;  // EIO: the CLI exited and closed the terminal
+      seen.append(buffer, static_cast<std::size_t>(got));
+    }
+  };
+  read_until("or n REASON: ");
+  EXPECT_NE(seen.find("wants to run:\r\n  touch marker $'\\e[2J\\e[Hls'\r\n"), std::string::npos)
+      << seen;
+  EXPECT_EQ(seen.find('\x1b'), std::string::npos) << seen;
+  ASSERT_EQ(write(controller, "n not now\n", 10), 10);
+  read_until("\x01never\x01");  // to the end
+  close(controller);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 125) << seen;
+  EXPECT_NE(seen.find("sandbox: denied by the interactive reviewer: denied by the person "
+                      "reviewing: not now\r\n"),
+            std::string::npos)
+      << seen;
+  EXPECT_FALSE(HostPathExists(Marker()));
 }
 
 }  // namespace

@@ -178,6 +178,9 @@ TEST(ParseRunFlagsTest, EveryOptionBothSpellings) {
     add("--pids", "64");
     add("--cpus", "1.5");
     args.push_back("--json");
+    add("--review", "policy.json");
+    add("--review-timeout", "2m");
+    add("--audit", "audit.jsonl");
     args.insert(args.end(), {"--", "prog", "--json", "--", "x"});
     auto flags = ParseRunFlags(args);
     ASSERT_TRUE(flags.has_value()) << flags.error().message();
@@ -193,6 +196,9 @@ TEST(ParseRunFlagsTest, EveryOptionBothSpellings) {
     EXPECT_EQ(flags->pids, 64U);
     EXPECT_EQ(flags->cpus, 1.5);
     EXPECT_TRUE(flags->json);
+    EXPECT_EQ(flags->review, "policy.json");
+    EXPECT_EQ(flags->review_timeout, seconds(120));
+    EXPECT_EQ(flags->audit, "audit.jsonl");
     EXPECT_EQ(flags->program, "prog");
     EXPECT_EQ(flags->args, (std::vector<std::string>{"--json", "--", "x"}));
   }
@@ -273,6 +279,11 @@ TEST(ParseRunFlagsTest, Errors) {
       {{"--cpus", "inf", "true"},
        "--cpus: invalid number 'inf': expected a positive number such as 1.5"},
       {{"--json=1", "true"}, "--json takes no value"},
+      {{"--review", "", "true"}, "--review needs a non-empty value, e.g. --review policy.json"},
+      {{"--audit"}, "--audit needs a value, e.g. --audit audit.jsonl"},
+      {{"--review-timeout", "0", "true"}, "--review-timeout must be more than 0"},
+      {{"--review-timeout", "soon", "true"},
+       "--review-timeout: invalid duration 'soon': use e.g. 500ms, 30s, 5m, 1h or 1m30s"},
       {{"--network=off", "true"}, "--network takes no value"},
   };
   for (const Case& c : cases) {

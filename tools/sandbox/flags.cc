@@ -151,6 +151,9 @@ enum class Option {
   kPids,
   kCpus,
   kJson,
+  kReview,
+  kReviewTimeout,
+  kAudit,
   kHelp,
 };
 
@@ -175,6 +178,9 @@ constexpr OptionSpec kOptions[] = {
     {"--pids", Option::kPids, true, "--pids 256"},
     {"--cpus", Option::kCpus, true, "--cpus 1.5"},
     {"--json", Option::kJson, false, ""},
+    {"--review", Option::kReview, true, "--review policy.json"},
+    {"--review-timeout", Option::kReviewTimeout, true, "--review-timeout 2m"},
+    {"--audit", Option::kAudit, true, "--audit audit.jsonl"},
     {"--help", Option::kHelp, false, ""},
     {"-h", Option::kHelp, false, ""},
 };
@@ -246,6 +252,19 @@ Status Apply(const OptionSpec& spec, std::string_view value, RunFlags& flags) {
     }
     case Option::kJson:
       flags.json = true;
+      return {};
+    case Option::kReview:
+      flags.review = std::string(value);
+      return {};
+    case Option::kReviewTimeout: {
+      auto timeout = ParseDuration(value);
+      if (!timeout) return ForOption(spec.name, timeout.error());
+      if (timeout->count() == 0) return Invalid("--review-timeout must be more than 0");
+      flags.review_timeout = *timeout;
+      return {};
+    }
+    case Option::kAudit:
+      flags.audit = std::string(value);
       return {};
     case Option::kHelp:
       flags.help = true;
@@ -394,6 +413,14 @@ options:
   --network              allow network (default off where the backend can take it away)
   --memory SIZE --pids N --cpus N      resource limits where the backend supports them
   --json                 print one JSON object instead of passing the streams through
+  --review POLICY.json|ask
+                         send the command to a reviewer first: the rules of a policy
+                         file (docs/review-policy.md; its "ask" rules ask on the
+                         terminal) or, with "ask", a person on the terminal
+  --review-timeout DURATION
+                         a review not answered by then denies (default 5m)
+  --audit FILE           append one JSON line per decision and per operation to FILE
+                         (docs/audit-log.md; rotated at 64 MiB, 3 old files kept)
   -h, --help             print this help and exit
 
 This build has only the local backend (isolation none: trusted code only);
@@ -410,7 +437,8 @@ Bytes of stdout/stderr that are not valid UTF-8 are replaced with U+FFFD there.
 
 exit status:
   the command's own; 124 when the sandbox's timeout killed it; 125 when the
-  sandbox itself failed (bad usage included); 126 cannot execute; 127 not
+  sandbox itself failed (bad usage, a malformed policy, an --isolation this
+  machine cannot give, a command the reviewer denied included); 126 cannot execute; 127 not
   found; 128+N when the command was killed by signal N; 130 or 143 when
   sandbox run itself got SIGINT or SIGTERM (the command's tree is killed).
 )";

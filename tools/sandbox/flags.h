@@ -47,6 +47,11 @@ struct RunFlags {
   std::optional<std::uint64_t> pids;     // --pids
   std::optional<double> cpus;            // --cpus
   bool json = false;                     // --json
+  // The review gate (tools/sandbox/gate.h): --review POLICY.json | ask,
+  // --review-timeout DURATION (0: the gate's default), --audit FILE.
+  std::optional<std::string> review;
+  std::chrono::nanoseconds review_timeout{0};
+  std::optional<std::string> audit;
   bool help = false;                     // --help / -h: print usage, run nothing
   std::string program;                   // PROGRAM
   std::vector<std::string> args;         // ARGS..., not including PROGRAM

@@ -20,6 +20,8 @@
 #include <utility>
 
 #include "flags.h"
+#include "gate.h"
+#include "select.h"
 #include "sandbox/context.h"
 #include "sandbox/docker.h"
 #include "sandbox/error.h"
@@ -129,30 +131,23 @@ std::string BackendUnavailable(std::string_view backend) {
          "); use --backend local for trusted code";
 }
 
-// Why an isolation level cannot be had in this build.
-std::string IsolationUnavailable(Isolation level) {
-  std::string gives = level == Isolation::Kernel ? "the gvisor backend (Docker with runsc)"
-                                                 : "the microvm backend (firecracker or qemu)";
-  return "--isolation " + std::string(ToString(level)) + " needs " + gives +
-         ", which this build does not have yet";
-}
-
 // Picks the backend for the flags (DESIGN.md section 7): the one named, else
-// the fastest that gives the isolation asked for, else namespace. Running
-// hostile code without isolation is never a silent default: where namespace
-// cannot run, the user must ask for --backend local.
+// the fastest that gives the isolation asked for (select.h), else namespace.
+// Running hostile code without isolation is never a silent default: where
+// namespace cannot run, the user must ask for --backend local.
 Expected<std::string> SelectBackend(const RunFlags& flags) {
   if (flags.backend) {
-    if (*flags.backend == "local" || *flags.backend == "namespace" ||
-        *flags.backend == "docker" || *flags.backend == "gvisor")
-      return *flags.backend;
+    const BackendOption* option = FindBackendOption(*flags.backend);
+    if (option && flags.isolation && option->isolation < *flags.isolation)
+      return Fail(Error::Code::InsufficientIsolation,
+                  "--backend " + *flags.backend + " gives isolation " +
+                      std::string(ToString(option->isolation)) + " but --isolation " +
+                      std::string(ToString(*flags.isolation)) +
+                      " was asked for; drop --backend to pick one that gives it");
+    if (option && *flags.backend != "microvm") return *flags.backend;
     return Fail(Error::Code::Unsupported, BackendUnavailable(*flags.backend));
   }
-  if (flags.isolation && *flags.isolation == Isolation::None) return std::string("local");
-  // Kernel isolation is gVisor's, never runc's: no fallback.
-  if (flags.isolation && *flags.isolation == Isolation::Kernel) return std::string("gvisor");
-  if (flags.isolation && *flags.isolation > Isolation::Process)
-    return Fail(Error::Code::InsufficientIsolation, IsolationUnavailable(*flags.isolation));
+  if (flags.isolation) return PickBackend(*flags.isolation);
   return std::string("namespace");
 }
 
@@ -292,6 +287,12 @@ int RunCommand(std::span<const std::string> args) {
     PrintError(backend.error().message());
     return kExitSandboxFailed;
   }
+  // Before any sandbox starts: a malformed policy is refused here.
+  auto gate = PrepareGate(*flags);
+  if (!gate) {
+    PrintError(gate.error().message());
+    return kExitSandboxFailed;
+  }
 
   SignalWatcher signals;
 
@@ -331,11 +332,16 @@ int RunCommand(std::span<const std::string> args) {
     PrintError(message);
     return kExitSandboxFailed;
   }
-  std::unique_ptr<Sandbox> sandbox = std::move(*made);
-  if (auto required = Require(*sandbox, flags->isolation.value_or(Isolation::None)); !required) {
+  if (auto required = Require(**made, flags->isolation.value_or(Isolation::None)); !required) {
     PrintError(required.error().message());
     return kExitSandboxFailed;
   }
+  auto gated = ApplyGate(*gate, std::move(*made));
+  if (!gated) {
+    PrintError(gated.error().message());
+    return kExitSandboxFailed;
+  }
+  std::unique_ptr<Sandbox> sandbox = std::move(*gated);
   const Capabilities caps = sandbox->GetCapabilities();
 
   Command command{
