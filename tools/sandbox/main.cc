@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "doctor.h"
+#include "microvm_cli.h"
 #include "run.h"
 
 // SANDBOX_VERSION comes from the build (the project's version in CMake).
@@ -23,9 +24,9 @@ commands:
             (sandbox run [OPTIONS] -- PROGRAM [ARGS...]; see sandbox run --help)
   doctor    say which backends can run here, and why not
   gc        remove what sandboxes of crashed processes left behind
+  image     build the microvm guest image (sandbox image build --vm)
   version   print the version
-  mcp, image
-            not available in this build yet
+  mcp       not available in this build yet
 
 options:
   -h, --help   print this help and exit
@@ -61,7 +62,8 @@ int main(int argc, char** argv) {
   if (command == "gc") {
     return sandbox::cli::GcCommand(std::span<const std::string>(args).subspan(1));
   }
-  if (command == "mcp" || command == "image") {
+  if (command == "image") return sandbox::cli::ImageCommand(std::span(args).subspan(1));
+  if (command == "mcp") {
     sandbox::cli::WriteAll(STDERR_FILENO, "sandbox " + command + ": not available in this build yet\n");
     return sandbox::cli::kExitSandboxFailed;
   }

@@ -24,6 +24,7 @@
 #include "sandbox/error.h"
 #include "sandbox/local.h"
 #include "sandbox/namespace.h"
+#include "microvm_cli.h"
 #include "sandbox/sandbox.h"
 
 namespace sandbox::cli {
@@ -142,10 +143,12 @@ std::string IsolationUnavailable(Isolation level) {
 // cannot run, the user must ask for --backend local.
 Expected<std::string> SelectBackend(const RunFlags& flags) {
   if (flags.backend) {
-    if (*flags.backend == "local" || *flags.backend == "namespace") return *flags.backend;
+    if (*flags.backend == "local" || *flags.backend == "namespace" || *flags.backend == "microvm")
+      return *flags.backend;
     return Fail(Error::Code::Unsupported, BackendUnavailable(*flags.backend));
   }
   if (flags.isolation && *flags.isolation == Isolation::None) return std::string("local");
+  if (flags.isolation && *flags.isolation == Isolation::VM) return std::string("microvm");
   if (flags.isolation && *flags.isolation > Isolation::Process)
     return Fail(Error::Code::InsufficientIsolation, IsolationUnavailable(*flags.isolation));
   return std::string("namespace");
@@ -177,6 +180,7 @@ Expected<std::unique_ptr<Sandbox>> MakeSandbox(const RunFlags& flags, const std:
     options.root = workspace;
     return NewLocalSandbox(options);
   }
+  if (backend == "microvm") return MakeMicroVmSandbox(flags, workspace);
   NamespaceOptions options;
   options.workspace = workspace;
   if (flags.rootfs) options.rootfs = *flags.rootfs;

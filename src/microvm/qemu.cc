@@ -1,0 +1,191 @@
+// The QEMU driver: `qemu-system-x86_64 -M microvm`, the agent on a
+// virtio-serial port whose chardev is one end of a socketpair (no socket
+// file), the console on QEMU's stdout, shares over virtio-9p.
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+
+#include "microvm/console_log.h"
+#include "microvm/guest_layout.h"
+#include "microvm/host_tools.h"
+#include "microvm/vmm.h"
+#include "os/launcher.h"
+#include "os/spawn.h"
+#include "os/syscalls.h"
+
+namespace sandbox::vm {
+
+std::string GuestCommandLine(const VmSpec& spec, std::string_view extra) {
+  // quiet: every console byte costs time under emulation. panic=-1 with the
+  // VMM's no-reboot makes a panicking guest end the VMM at once.
+  std::string line = "console=ttyS0 quiet loglevel=3 panic=-1 reboot=t";
+  // Timers: microvm with ACPI (which the Debian kernel needs to find the
+  // virtio-mmio devices) routes no PIT interrupt the kernel can use, so
+  // nothing would calibrate the TSC or the local APIC timer: state both
+  // (the values only need to be plausible; time comes from the TSC), and
+  // skip the checks that would wait for ticks.
+  line += " tsc_early_khz=2000000 lapic_timer_period=1000000 tsc=reliable no_timer_check";
+  if (!spec.network) line += " ipv6.disable=1";
+  for (const auto& share : spec.shares)
+    line += " " + std::string(kMountKey) + share.tag + ":" + share.guest_path + ":" +
+            (share.read_only ? "ro" : "rw");
+  if (!extra.empty()) line += " " + std::string(extra);
+  // Not after "--": QEMU appends its own words, which must stay the
+  // kernel's. A bare word the kernel does not know is passed on to /init.
+  line += " " + std::string(kGuestFlag);
+  return line;
+}
+
+bool KvmUsable() {
+  if (const char* env = std::getenv("SANDBOX_VM_ACCEL"); env && *env)
+    return std::string_view(env) == "kvm";
+  // PVM (a KVM for guests that are themselves VMs) loads kvm_pvm and cannot
+  // run QEMU's guests: QEMU aborts setting MSRs.
+  if (::access("/sys/module/kvm_pvm", F_OK) == 0) return false;
+  os::UniqueFd kvm(::open("/dev/kvm", O_RDWR | O_CLOEXEC));
+  return kvm.valid();
+}
+
+// QEMU's option parser splits at commas; a literal comma is doubled.
+static std::string QemuEscape(std::string_view value) {
+  std::string out;
+  for (char c : value) {
+    out.push_back(c);
+    if (c == ',') out.push_back(',');
+  }
+  return out;
+}
+
+std::vector<std::string> QemuArguments(const VmSpec& spec, bool kvm) {
+  std::vector<std::string> args = {
+      "-M", "microvm,x-option-roms=off,rtc=on",
+      "-accel", kvm ? "kvm" : "tcg",
+      "-cpu", kvm ? "host" : "max",
+      "-smp", std::to_string(spec.vcpus),
+      "-m", std::to_string(spec.memory_mib) + "M",
+      "-nodefaults", "-no-user-config", "-display", "none", "-monitor", "none",
+      "-no-reboot",
+      "-kernel", QemuEscape(spec.kernel),
+      "-initrd", QemuEscape(spec.initramfs),
+      "-append", GuestCommandLine(spec, {}),
+      // The console: QEMU's stdout, drained into a bounded log.
+      "-chardev", "stdio,id=console,signal=off",
+      "-serial", "chardev:console",
+      // The agent: a virtio-serial port on fd 3, a connected socket.
+      "-chardev", "socket,id=agent,fd=3",
+      "-device", "virtio-serial-device",
+      "-device", "virtserialport,chardev=agent,name=" + std::string(kAgentPortName),
+  };
+  int index = 0;
+  for (const auto& share : spec.shares) {
+    std::string id = "fs" + std::to_string(index++);
+    args.insert(args.end(),
+                {"-fsdev",
+                 "local,id=" + id + ",path=" + QemuEscape(share.host_path) +
+                     ",security_model=none,multidevs=remap" + (share.read_only ? ",readonly=on" : ""),
+                 "-device", "virtio-9p-device,fsdev=" + id + ",mount_tag=" + share.tag});
+  }
+  index = 0;
+  for (const auto& drive : spec.drives) {
+    std::string id = "drive" + std::to_string(index++);
+    args.insert(args.end(), {"-drive",
+                             "if=none,id=" + id + ",format=raw,file=" + QemuEscape(drive.host_path) +
+                                 (drive.read_only ? ",readonly=on" : ""),
+                             "-device", "virtio-blk-device,drive=" + id});
+  }
+  if (spec.network)
+    args.insert(args.end(),
+                {"-netdev", "user,id=net0", "-device", "virtio-net-device,netdev=net0"});
+  return args;
+}
+
+namespace {
+
+class QemuVm final : public RunningVm {
+ public:
+  QemuVm(os::Child child, os::UniqueFd agent, std::unique_ptr<ConsoleLog> console)
+      : child_(std::move(child)), agent_(std::move(agent)), console_(std::move(console)) {}
+  ~QemuVm() override { (void)PowerOff(); }
+
+  os::UniqueFd TakeAgentStream() override { return std::move(agent_); }
+
+  Status PowerOff() override {
+    std::lock_guard lock(mu_);
+    Status status;
+    if (child_.pid() > 0 && !child_.reaped()) {
+      (void)child_.Kill();
+      if (auto waited = child_.Wait(); !waited) status = Fail(waited.error());
+    }
+    if (console_) console_->Stop();
+    return status;
+  }
+
+  std::string ConsoleTail() const override { return console_ ? console_->Tail() : std::string(); }
+  int pid() const override { return child_.pid(); }
+
+ private:
+  std::mutex mu_;
+  os::Child child_;
+  os::UniqueFd agent_;
+  std::unique_ptr<ConsoleLog> console_;
+};
+
+class QemuDriver final : public VmmDriver {
+ public:
+  QemuDriver(std::string binary, Accel accel) : binary_(std::move(binary)), accel_(accel) {}
+  std::string_view name() const override { return "qemu"; }
+
+  Expected<std::unique_ptr<RunningVm>> Boot(const VmSpec& spec) override {
+    auto binary = FindTool(binary_.empty() ? "qemu-system-x86_64" : binary_, "qemu-system-x86");
+    if (!binary) return Fail(binary.error());
+    bool kvm = accel_ == Accel::kKvm || (accel_ == Accel::kAuto && KvmUsable());
+    int agent_pair[2], console_pair[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent_pair) != 0)
+      return Fail(os::ErrnoError(errno, "socketpair"));
+    os::UniqueFd agent_host(agent_pair[0]), agent_vmm(agent_pair[1]);
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, console_pair) != 0)
+      return Fail(os::ErrnoError(errno, "socketpair"));
+    os::UniqueFd console_host(console_pair[0]), console_vmm(console_pair[1]);
+    // The console is only read: the guest gets nothing from the host there.
+    ::shutdown(console_host.get(), SHUT_WR);
+    os::UniqueFd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!null_fd) return Fail(os::ErrnoError(errno, "open", "/dev/null"));
+
+    os::SpawnSpec process;
+    process.exec_path = *binary;
+    process.argv = {*binary};
+    for (auto& arg : QemuArguments(spec, kvm)) process.argv.push_back(std::move(arg));
+    process.env = {"PATH=/usr/bin:/bin"};
+    process.stdin_fd = null_fd.get();
+    process.stdout_fd = console_vmm.get();
+    process.stderr_fd = console_vmm.get();
+    process.extra_fd = agent_vmm.get();
+    // The VMM dies with this process: spawned from the launcher thread,
+    // which lives as long as the process, with SIGKILL as parent-death signal.
+    process.parent_death_signal = SIGKILL;
+    std::optional<Expected<os::Child>> spawned;
+    os::RunOnLauncherThread([&] { spawned.emplace(os::Spawn(process)); });
+    if (!*spawned) return Fail(spawned->error());
+    auto console = std::make_unique<ConsoleLog>(std::move(console_host), spec.console_tail_bytes,
+                                                spec.console_fd);
+    return std::unique_ptr<RunningVm>(
+        new QemuVm(std::move(**spawned), std::move(agent_host), std::move(console)));
+  }
+
+ private:
+  std::string binary_;
+  Accel accel_;
+};
+
+}  // namespace
+
+std::unique_ptr<VmmDriver> NewQemuDriver(std::string binary, Accel accel) {
+  return std::make_unique<QemuDriver>(std::move(binary), accel);
+}
+
+}  // namespace sandbox::vm
