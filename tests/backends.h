@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "sandbox/microvm.h"
 #include "sandbox/sandbox.h"
 
 namespace sandbox::testing {
@@ -30,6 +31,9 @@ struct BackendUnderTest {
 const std::vector<BackendUnderTest>& AllBackends();
 const BackendUnderTest& FindBackend(const std::string& name);
 std::vector<std::string> AllBackendNames();
+
+// The microvm guest image of this build (built once per process).
+Expected<VmImage> TestVmImage();
 
 // True when SANDBOX_REQUIRE_BACKENDS (comma-separated) names `backend`.
 bool BackendRequired(const std::string& backend);

@@ -8,7 +8,9 @@
 
 #include <csignal>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -41,9 +43,11 @@ Expected<os::UniqueFd> ConnectUnix(const std::string& path) {
 }
 
 // Reads until `done` says the bytes so far are complete, at most `max`
-// bytes, for at most `timeout`.
+// bytes, for at most `timeout`, `chunk` bytes per read (1: nothing past
+// what `done` accepts is consumed).
 Expected<std::string> ReadUntil(int fd, std::size_t max, std::chrono::milliseconds timeout,
-                                const std::function<bool(const std::string&)>& done) {
+                                const std::function<bool(const std::string&)>& done,
+                                std::size_t chunk = 4096) {
   std::string data;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!done(data)) {
@@ -53,7 +57,7 @@ Expected<std::string> ReadUntil(int fd, std::size_t max, std::chrono::millisecon
     pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
     char buffer[4096];
-    ssize_t n = ::read(fd, buffer, std::min(sizeof buffer, max + 1 - data.size()));
+    ssize_t n = ::read(fd, buffer, std::min({sizeof buffer, chunk, max + 1 - data.size()}));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return data;  // end of stream: the caller judges what arrived
     data.append(buffer, static_cast<std::size_t>(n));
@@ -136,9 +140,9 @@ Expected<os::UniqueFd> ConnectVsock(const std::string& uds_path, unsigned port,
       std::string request = "CONNECT " + std::to_string(port) + "\n";
       if (auto sent = os::WriteAllNoSigpipe(fd->get(), request); sent) {
         // Read the answer line byte by byte: what follows belongs to the agent.
-        auto line = ReadUntil(fd->get(), 64, std::chrono::seconds(2), [](const std::string& data) {
-          return !data.empty() && data.back() == '\n';
-        });
+        auto line = ReadUntil(
+            fd->get(), 64, std::chrono::seconds(2),
+            [](const std::string& data) { return !data.empty() && data.back() == '\n'; }, 1);
         if (line && line->starts_with("OK ")) return std::move(*fd);
         last_error = line ? "the proxy answered '" + *line + "'" : line.error().message();
       } else {

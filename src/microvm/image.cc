@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <filesystem>
 #include <map>
 
@@ -210,7 +212,8 @@ Expected<std::string> MakeInitramfs(const std::string& kernel_dir, const std::st
     if (name.empty()) continue;
     auto module = vm::ReadWholeFile(kernel_dir + "/modules/" + name + ".ko", std::size_t{64} << 20);
     if (!module) return Fail(module.error());
-    cpio.AddFile(std::string(vm::kModuleDir.substr(1)) + "/" + name + ".ko", 0644, *module);
+    cpio.AddFile(std::string(vm::kModuleDir.substr(1)) + "/" + name + ".ko", 0644,
+                 vm::StripModuleSignature(std::move(*module)));
   }
   cpio.AddFile("etc/passwd", 0644,
                "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
@@ -261,7 +264,12 @@ Expected<VmImage> BuildVmImage(const VmImageOptions& options) {
   Progress(options, "writing the initramfs (/init = " + agent_path + ")");
   auto initramfs = MakeInitramfs(kernel_dir, agent_path);
   if (!initramfs) return Fail(initramfs.error());
-  std::string initramfs_path = kernel_dir + "/initramfs.cpio";
+  // Named by its contents: builds with different agents (another build
+  // directory, a test's hostile /init) never overwrite each other's image
+  // while a VMM may be reading it.
+  char name[64];
+  std::snprintf(name, sizeof name, "/initramfs-%016zx.cpio", std::hash<std::string>{}(*initramfs));
+  std::string initramfs_path = kernel_dir + name;
   auto existing = vm::ReadWholeFile(initramfs_path, initramfs->size() + 1);
   if (!existing || *existing != *initramfs)
     SANDBOX_RETURN_IF_ERROR(vm::WriteFileAtomically(initramfs_path, *initramfs, 0644));

@@ -58,6 +58,23 @@ Expected<std::string> ExtractVmlinux(std::string_view vmlinuz, std::size_t max_b
               "Debian's, are supported)");
 }
 
+std::string StripModuleSignature(std::string module_file) {
+  constexpr std::string_view kMarker = "~Module signature appended~\n";
+  // struct module_signature: 8 bytes of algorithm ids, then the signature
+  // length as a big-endian 32-bit number, right before the marker.
+  constexpr std::size_t kInfoSize = 12;
+  if (!std::string_view(module_file).ends_with(kMarker) ||
+      module_file.size() < kMarker.size() + kInfoSize)
+    return module_file;
+  std::size_t info = module_file.size() - kMarker.size() - kInfoSize;
+  const auto* length_bytes = reinterpret_cast<const unsigned char*>(module_file.data() + info + 8);
+  std::size_t signature = (std::size_t{length_bytes[0]} << 24) | (std::size_t{length_bytes[1]} << 16) |
+                          (std::size_t{length_bytes[2]} << 8) | length_bytes[3];
+  if (signature > info) return module_file;  // not a signature we understand: keep it
+  module_file.resize(info - signature);
+  return module_file;
+}
+
 std::string NormaliseModuleName(std::string_view name) {
   std::string out(name);
   for (char& c : out)

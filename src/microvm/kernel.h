@@ -23,6 +23,13 @@ Expected<std::string> ExtractVmlinux(std::string_view vmlinuz, std::size_t max_b
 // .modinfo section, names normalised to underscores. Empty when none.
 std::vector<std::string> ModuleDepends(std::string_view module_file);
 
+// `module_file` without its appended signature ("~Module signature
+// appended~"), or unchanged when it has none. Checking an RSA signature
+// under software emulation costs tens of milliseconds per module; the
+// guest kernel does not enforce signatures and the modules come from the
+// Debian package the host verified with apt.
+std::string StripModuleSignature(std::string module_file);
+
 // Module names normalised as the kernel does ('-' becomes '_').
 std::string NormaliseModuleName(std::string_view name);
 
