@@ -257,5 +257,30 @@ TEST_F(MicroVmTest, OversizedFrameFromAHostileGuestIsRefused) {
   EXPECT_TRUE(QemuChildrenOf(getpid()).empty());
 }
 
+TEST_F(MicroVmTest, PoolHandsOutBootedGuestsWithFreshWorkspaces) {
+  MicroVmPoolOptions options;
+  options.vm.image = *TestVmImage();
+  options.workspaces_dir = workspace_.path();
+  options.size = 1;
+  auto pool = MicroVmPool::Create(options);
+  ASSERT_TRUE(pool) << pool.error().ToString();
+  auto first = (*pool)->Acquire();
+  ASSERT_TRUE(first) << first.error().ToString();
+  auto second = (*pool)->Acquire();  // booted in the background meanwhile
+  ASSERT_TRUE(second) << second.error().ToString();
+  EXPECT_NE(first->workspace, second->workspace);
+  auto written = first->sandbox->Exec({}, Sh("echo one > /workspace/mark; ls /workspace"));
+  ASSERT_TRUE(written) << written.error().ToString();
+  EXPECT_EQ(written->stdout_data, "mark\n");
+  EXPECT_EQ(ReadHostFile(first->workspace + "/mark"), "one\n");
+  auto other = second->sandbox->Exec({}, Sh("ls -A /workspace | wc -l"));
+  ASSERT_TRUE(other) << other.error().ToString();
+  EXPECT_EQ(other->stdout_data, "0\n");
+  ASSERT_TRUE(first->sandbox->Close());
+  ASSERT_TRUE(second->sandbox->Close());
+  pool->reset();  // closes the idle guest it booted meanwhile
+  EXPECT_TRUE(QemuChildrenOf(getpid()).empty());
+}
+
 }  // namespace
 }  // namespace sandbox::testing

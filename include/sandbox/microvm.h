@@ -6,6 +6,7 @@
 #ifndef SANDBOX_MICROVM_H_
 #define SANDBOX_MICROVM_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -73,6 +74,35 @@ struct MicroVmOptions {
 // even when it is killed with SIGKILL. A guest that stops answering (panic,
 // power-off) makes calls fail with Unavailable. Thread-safe.
 Expected<std::unique_ptr<Sandbox>> NewMicroVmSandbox(const MicroVmOptions& options);
+
+// A warm pool of booted microvm guests, so handing one out costs no boot.
+// Each guest shares a fresh, empty workspace directory of its own, made
+// under `workspaces_dir`; a guest handed out is replaced by booting another
+// in the background.
+struct MicroVmPoolOptions {
+  MicroVmOptions vm;           // its workspace is ignored: the pool makes one per guest
+  std::string workspaces_dir;  // where the per-guest workspaces are made
+  std::size_t size = 2;        // guests kept booted and idle
+};
+
+class MicroVmPool {
+ public:
+  // A guest handed out: the sandbox, and the host directory it shares as
+  // /workspace (now the caller's: the pool no longer removes it).
+  struct Lease {
+    std::unique_ptr<Sandbox> sandbox;
+    std::string workspace;
+  };
+
+  // Starts booting `size` guests in the background and returns at once.
+  static Expected<std::unique_ptr<MicroVmPool>> Create(const MicroVmPoolOptions& options);
+  // Stops booting, closes the idle guests and removes their workspaces.
+  virtual ~MicroVmPool() = default;
+
+  // An idle booted guest; waits while none is ready. Fails with the error
+  // of the last boot when booting fails and no guest is idle. Thread-safe.
+  virtual Expected<Lease> Acquire() = 0;
+};
 
 // "" when the backend can boot here (a VMM and a kernel package are
 // reachable), else why not and what to install.
