@@ -188,13 +188,16 @@ TEST_F(MicroVmTest, ConsoleFloodKeepsHostMemoryBounded) {
   std::size_t rss_before = CurrentRssBytes();
   std::uint64_t seen_before = seen.load();
   auto flood = sb->Exec(Context(),
-                        Sh("end=$(($(date +%s) + 4)); while [ $(date +%s) -lt $end ]; do "
+                        Sh("end=$(($(date +%s) + 6)); while [ $(date +%s) -lt $end ]; do "
                            "cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/GPL-3 "
                            "> /dev/console; done; echo done"));
   ASSERT_TRUE(flood) << flood.error().ToString();
   EXPECT_EQ(flood->stdout_data, "done\n") << flood->stderr_data;
   std::uint64_t flooded = seen.load() - seen_before;
-  EXPECT_GT(flooded, 256u * 1024) << "the guest did not flood its console";
+  // The emulated UART takes one exit per byte, so a guest cannot push its
+  // console much faster than this; twice the host's 64 KiB ring is enough
+  // to have wrapped it.
+  EXPECT_GT(flooded, 128u * 1024) << "the guest did not flood its console";
   std::size_t rss_after = CurrentRssBytes();
   EXPECT_LT(rss_after, rss_before + 8 * 1024 * 1024)
       << flooded << " console bytes grew the host from " << rss_before << " to " << rss_after;

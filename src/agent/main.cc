@@ -70,8 +70,8 @@ int TakeStdFd(int fd, int flags) {
 int main(int argc, char** argv) {
   // As PID 1 of a namespace, split off a reaping init first (before any
   // thread exists); see os/init_reaper.h.
-  // The kernel passes init the words after "--" on its command line (and
-  // words it does not know), so look for the flag anywhere.
+  // The kernel hands /init the words of its command line it does not know
+  // (QEMU may append more), so look for the flag anywhere.
   bool vm_guest = false;
   for (int i = 1; i < argc; ++i) vm_guest = vm_guest || std::string_view(argv[i]) == "--vm-guest";
   if (auto init_exit = sandbox::os::SplitOffInitIfPid1()) {

@@ -1,6 +1,7 @@
-// The agent as /init of a microvm guest (`--vm-guest`, passed after `--` on
-// the kernel command line): prepares the guest's filesystems and finds the
-// stream to the host before the agent serves on it.
+// The agent as /init of a microvm guest (`--vm-guest`, a bare word of the
+// kernel command line, which the kernel hands on to /init): prepares the
+// guest's filesystems and finds the stream to the host before the agent
+// serves on it.
 #ifndef SANDBOX_AGENT_VM_GUEST_H_
 #define SANDBOX_AGENT_VM_GUEST_H_
 

@@ -7,6 +7,7 @@
 
 #include <csignal>
 #include <cstdlib>
+#include <fstream>
 #include <mutex>
 #include <optional>
 
@@ -20,16 +21,31 @@
 
 namespace sandbox::vm {
 
+// The host's TSC rate ("cpu MHz" of /proc/cpuinfo), 2 GHz when unknown.
+static unsigned long HostTscKhz() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (!line.starts_with("cpu MHz")) continue;
+    double mhz = std::atof(line.c_str() + line.find(':') + 1);
+    if (mhz > 100 && mhz < 100000) return static_cast<unsigned long>(mhz * 1000);
+    break;
+  }
+  return 2000000;
+}
+
 std::string GuestCommandLine(const VmSpec& spec, std::string_view extra) {
   // quiet: every console byte costs time under emulation. panic=-1 with the
   // VMM's no-reboot makes a panicking guest end the VMM at once.
   std::string line = "console=ttyS0 quiet loglevel=3 panic=-1 reboot=t";
   // Timers: microvm with ACPI (which the Debian kernel needs to find the
   // virtio-mmio devices) routes no PIT interrupt the kernel can use, so
-  // nothing would calibrate the TSC or the local APIC timer: state both
-  // (the values only need to be plausible; time comes from the TSC), and
-  // skip the checks that would wait for ticks.
-  line += " tsc_early_khz=2000000 lapic_timer_period=1000000 tsc=reliable no_timer_check";
+  // nothing would calibrate the TSC or the local APIC timer: state both,
+  // and skip the checks that would wait for ticks. Under TCG the guest's
+  // TSC is the host's; QEMU's APIC timer counts at 1 GHz, which is 4,000,000
+  // per tick of Debian's HZ=250.
+  line += " tsc_early_khz=" + std::to_string(HostTscKhz()) +
+          " lapic_timer_period=4000000 tsc=reliable no_timer_check";
   // Boot-time work that buys a throwaway guest nothing, and costs seconds
   // under emulation: crypto self-tests, LSMs and audit (the VM is the
   // boundary), speculation mitigations (one tenant per VM), legacy probing.
