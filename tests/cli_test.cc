@@ -446,16 +446,36 @@ INSTANTIATE_TEST_SUITE_P(
         UsageErrorCase{{"run", "--isolation", "kernel", "--", "true"},
                        "sandbox: --isolation kernel needs the gvisor backend (Docker with "
                        "runsc), which this build does not have yet"},
-        UsageErrorCase{{"run", "--isolation", "vm", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--isolation", "vm", "--rootfs", "/", "--", "true"},
+                       "sandbox: --rootfs needs the namespace backend; the microvm guest's system "
+                       "is the host's /usr shared read-only"},
         UsageErrorCase{{"run", "--backend", "local", "--isolation", "process", "--", "true"}, ""},
         UsageErrorCase{{"run", "--backend", "docker", "--", "true"}, ""},
         UsageErrorCase{{"run", "--backend", "gvisor", "--", "true"}, ""},
-        UsageErrorCase{{"run", "--backend", "microvm", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--backend", "microvm", "--pids", "10", "--", "true"},
+                       "sandbox: the microvm backend cannot enforce --pids (the guest's own "
+                       "kernel counts them)"},
         UsageErrorCase{{"mcp"}, "sandbox mcp: not available in this build yet"},
         UsageErrorCase{{"doctor", "extra"}, "sandbox: doctor takes no arguments (got 'extra')"},
         UsageErrorCase{{"gc", "extra"}, "sandbox: gc takes no arguments (got 'extra')"},
-        UsageErrorCase{{"image"}, "sandbox image: not available in this build yet"},
+        UsageErrorCase{{"image"},
+                       "sandbox: image: missing subcommand: usage: sandbox image build --vm "
+                       "[--cache DIR] [--kernel-deb FILE]"},
+        UsageErrorCase{{"image", "build"},
+                       "sandbox: image build: only --vm images can be built (the microvm "
+                       "backend's guest)"},
         UsageErrorCase{{"frobnicate"}, ""}, UsageErrorCase{{}, ""}));
+
+TEST_F(CliTest, IsolationVmRunsInAMicroVmGuest) {
+  SANDBOX_SKIP_UNLESS_AVAILABLE("microvm");
+  CliRun run = Run({"--isolation", "vm", "--json", "--", "cat", "/proc/sys/kernel/osrelease"});
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
+  auto json = nlohmann::json::parse(run.out, nullptr, false);
+  ASSERT_TRUE(json.is_object()) << run.out;
+  EXPECT_EQ(json["backend"], "microvm");
+  EXPECT_EQ(json["isolation"], "vm");
+  EXPECT_EQ(json["stdout"], TestVmImage()->kernel_release + "\n");
+}
 
 TEST_F(CliTest, BackendLocalAndIsolationNoneAreAccepted) {
   CliRun run = Run({"--backend", "local", "--isolation", "none", "--network", "--", "echo", "ok"});

@@ -24,8 +24,13 @@ constexpr std::string_view kImageUsage =
 int ImageCommand(std::span<const std::string> args) {
   VmImageOptions options;
   bool vm = false;
+  if (args.size() == 1 && (args[0] == "-h" || args[0] == "--help")) {
+    WriteAll(STDOUT_FILENO, kImageUsage);
+    return 0;
+  }
   if (args.empty() || args[0] != "build") {
-    WriteAll(STDERR_FILENO, kImageUsage);
+    PrintError(std::string(args.empty() ? "image: missing subcommand" : "image: unknown subcommand '" + args[0] + "'") +
+               ": usage: sandbox image build --vm [--cache DIR] [--kernel-deb FILE]");
     return kExitSandboxFailed;
   }
   for (std::size_t i = 1; i < args.size(); ++i) {

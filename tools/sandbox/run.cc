@@ -298,7 +298,7 @@ int RunCommand(std::span<const std::string> args) {
   auto made = MakeSandbox(*flags, *backend, workspace);
   if (!made) {
     std::string message = made.error().message();
-    if (!flags->backend) {
+    if (!flags->backend && *backend == "namespace") {
       // namespace was chosen for the user: say what to do instead.
       message = "the namespace backend" +
                 std::string(flags->isolation ? " (needed for --isolation process)"
