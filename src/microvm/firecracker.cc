@@ -6,21 +6,16 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
 #include <functional>
-#include <mutex>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <thread>
 
-#include "microvm/console_log.h"
+#include "microvm/vmm_process.h"
 #include "microvm/guest_layout.h"
 #include "microvm/host_tools.h"
-#include "os/launcher.h"
-#include "os/spawn.h"
 #include "os/syscalls.h"
 
 namespace sandbox::vm {
@@ -159,33 +154,6 @@ Expected<os::UniqueFd> ConnectVsock(const std::string& uds_path, unsigned port,
 
 namespace {
 
-class FirecrackerVm final : public RunningVm {
- public:
-  FirecrackerVm(os::Child child, os::UniqueFd agent, std::unique_ptr<ConsoleLog> console)
-      : child_(std::move(child)), agent_(std::move(agent)), console_(std::move(console)) {}
-  ~FirecrackerVm() override { (void)PowerOff(); }
-  os::UniqueFd TakeAgentStream() override { return std::move(agent_); }
-  void SetAgentStream(os::UniqueFd agent) { agent_ = std::move(agent); }
-  Status PowerOff() override {
-    std::lock_guard lock(mu_);
-    Status status;
-    if (child_.pid() > 0 && !child_.reaped()) {
-      (void)child_.Kill();
-      if (auto waited = child_.Wait(); !waited) status = Fail(waited.error());
-    }
-    if (console_) console_->Stop();
-    return status;
-  }
-  std::string ConsoleTail() const override { return console_ ? console_->Tail() : std::string(); }
-  int pid() const override { return child_.pid(); }
-
- private:
-  std::mutex mu_;
-  os::Child child_;
-  os::UniqueFd agent_;
-  std::unique_ptr<ConsoleLog> console_;
-};
-
 class FirecrackerDriver final : public VmmDriver {
  public:
   explicit FirecrackerDriver(std::string binary) : binary_(std::move(binary)) {}
@@ -202,25 +170,9 @@ class FirecrackerDriver final : public VmmDriver {
                            "firecracker (not in Debian: a release from "
                            "github.com/firecracker-microvm/firecracker)");
     if (!binary) return Fail(binary.error());
-    int console_pair[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, console_pair) != 0)
-      return Fail(os::ErrnoError(errno, "socketpair"));
-    os::UniqueFd console_host(console_pair[0]), console_vmm(console_pair[1]);
-    os::UniqueFd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    os::SpawnSpec process;
-    process.exec_path = *binary;
-    process.argv = {*binary, "--api-sock", api_socket};
-    process.env = {"PATH=/usr/bin:/bin"};
-    process.stdin_fd = null_fd.get();
-    process.stdout_fd = console_vmm.get();
-    process.stderr_fd = console_vmm.get();
-    process.parent_death_signal = SIGKILL;
-    std::optional<Expected<os::Child>> spawned;
-    os::RunOnLauncherThread([&] { spawned.emplace(os::Spawn(process)); });
-    if (!*spawned) return Fail(spawned->error());
-    auto console = std::make_unique<ConsoleLog>(std::move(console_host), spec.console_tail_bytes,
-                                                spec.console_fd);
-    auto vm = std::make_unique<FirecrackerVm>(std::move(**spawned), os::UniqueFd(), std::move(console));
+    auto launched = VmmProcess::Launch(*binary, {"--api-sock", api_socket}, -1, spec);
+    if (!launched) return Fail(launched.error());
+    std::unique_ptr<VmmProcess> vm = std::move(*launched);
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (::access(api_socket.c_str(), F_OK) != 0) {
       if (std::chrono::steady_clock::now() > deadline)

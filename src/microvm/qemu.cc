@@ -5,18 +5,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <csignal>
 #include <cstdlib>
 #include <fstream>
-#include <mutex>
-#include <optional>
 
-#include "microvm/console_log.h"
 #include "microvm/guest_layout.h"
 #include "microvm/host_tools.h"
 #include "microvm/vmm.h"
-#include "os/launcher.h"
-#include "os/spawn.h"
+#include "microvm/vmm_process.h"
 #include "os/syscalls.h"
 
 namespace sandbox::vm {
@@ -127,35 +122,6 @@ std::vector<std::string> QemuArguments(const VmSpec& spec, bool kvm) {
 
 namespace {
 
-class QemuVm final : public RunningVm {
- public:
-  QemuVm(os::Child child, os::UniqueFd agent, std::unique_ptr<ConsoleLog> console)
-      : child_(std::move(child)), agent_(std::move(agent)), console_(std::move(console)) {}
-  ~QemuVm() override { (void)PowerOff(); }
-
-  os::UniqueFd TakeAgentStream() override { return std::move(agent_); }
-
-  Status PowerOff() override {
-    std::lock_guard lock(mu_);
-    Status status;
-    if (child_.pid() > 0 && !child_.reaped()) {
-      (void)child_.Kill();
-      if (auto waited = child_.Wait(); !waited) status = Fail(waited.error());
-    }
-    if (console_) console_->Stop();
-    return status;
-  }
-
-  std::string ConsoleTail() const override { return console_ ? console_->Tail() : std::string(); }
-  int pid() const override { return child_.pid(); }
-
- private:
-  std::mutex mu_;
-  os::Child child_;
-  os::UniqueFd agent_;
-  std::unique_ptr<ConsoleLog> console_;
-};
-
 class QemuDriver final : public VmmDriver {
  public:
   QemuDriver(std::string binary, Accel accel) : binary_(std::move(binary)), accel_(accel) {}
@@ -165,37 +131,14 @@ class QemuDriver final : public VmmDriver {
     auto binary = FindTool(binary_.empty() ? "qemu-system-x86_64" : binary_, "qemu-system-x86");
     if (!binary) return Fail(binary.error());
     bool kvm = accel_ == Accel::kKvm || (accel_ == Accel::kAuto && KvmUsable());
-    int agent_pair[2], console_pair[2];
+    int agent_pair[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, agent_pair) != 0)
       return Fail(os::ErrnoError(errno, "socketpair"));
     os::UniqueFd agent_host(agent_pair[0]), agent_vmm(agent_pair[1]);
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, console_pair) != 0)
-      return Fail(os::ErrnoError(errno, "socketpair"));
-    os::UniqueFd console_host(console_pair[0]), console_vmm(console_pair[1]);
-    // The console is only read: the guest gets nothing from the host there.
-    ::shutdown(console_host.get(), SHUT_WR);
-    os::UniqueFd null_fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-    if (!null_fd) return Fail(os::ErrnoError(errno, "open", "/dev/null"));
-
-    os::SpawnSpec process;
-    process.exec_path = *binary;
-    process.argv = {*binary};
-    for (auto& arg : QemuArguments(spec, kvm)) process.argv.push_back(std::move(arg));
-    process.env = {"PATH=/usr/bin:/bin"};
-    process.stdin_fd = null_fd.get();
-    process.stdout_fd = console_vmm.get();
-    process.stderr_fd = console_vmm.get();
-    process.extra_fd = agent_vmm.get();
-    // The VMM dies with this process: spawned from the launcher thread,
-    // which lives as long as the process, with SIGKILL as parent-death signal.
-    process.parent_death_signal = SIGKILL;
-    std::optional<Expected<os::Child>> spawned;
-    os::RunOnLauncherThread([&] { spawned.emplace(os::Spawn(process)); });
-    if (!*spawned) return Fail(spawned->error());
-    auto console = std::make_unique<ConsoleLog>(std::move(console_host), spec.console_tail_bytes,
-                                                spec.console_fd);
-    return std::unique_ptr<RunningVm>(
-        new QemuVm(std::move(**spawned), std::move(agent_host), std::move(console)));
+    auto vm = VmmProcess::Launch(*binary, QemuArguments(spec, kvm), agent_vmm.get(), spec);
+    if (!vm) return Fail(vm.error());
+    (*vm)->SetAgentStream(std::move(agent_host));
+    return std::unique_ptr<RunningVm>(std::move(*vm));
   }
 
  private:
