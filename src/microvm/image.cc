@@ -113,7 +113,10 @@ Expected<std::string> DownloadKernelDeb(const std::string& cache, const VmImageO
 // the guest needs in `kernel_dir`, and removes the rest.
 Status ExtractKernel(const std::string& deb, const std::string& release,
                      const std::string& kernel_dir, const VmImageOptions& options) {
-  std::string scratch = kernel_dir + ".unpack";
+  // Per-process scratch names: test processes may build the same image at
+  // once; the first to rename its result into place wins.
+  std::string suffix = "." + std::to_string(::getpid());
+  std::string scratch = kernel_dir + ".unpack" + suffix;
   std::error_code ec;
   fs::remove_all(scratch, ec);
   struct RemoveScratch {
@@ -126,8 +129,9 @@ Status ExtractKernel(const std::string& deb, const std::string& release,
   Progress(options, "unpacking " + fs::path(deb).filename().string());
   SANDBOX_RETURN_IF_ERROR(vm::RunTool({"dpkg-deb", "-x", deb, scratch}));
 
-  std::string staging = kernel_dir + ".new";
+  std::string staging = kernel_dir + ".new" + suffix;
   fs::remove_all(staging, ec);
+  RemoveScratch remove_staging{staging};  // a no-op once renamed into place
   fs::create_directories(staging + "/modules", ec);
   if (ec) return Fail(Error::Code::PermissionDenied, "mkdir " + staging + ": " + ec.message());
 
@@ -168,9 +172,13 @@ Status ExtractKernel(const std::string& deb, const std::string& release,
     order_file += name + "\n";
   }
   SANDBOX_RETURN_IF_ERROR(vm::WriteFileAtomically(staging + "/modules/order", order_file, 0644));
-  fs::remove_all(kernel_dir, ec);
   fs::rename(staging, kernel_dir, ec);
-  if (ec) return Fail(Error::Code::Internal, "rename " + staging + ": " + ec.message());
+  if (ec) {
+    std::error_code ignored;
+    fs::remove_all(staging, ignored);
+    if (fs::exists(kernel_dir + "/modules/order", ignored)) return {};  // another process won
+    return Fail(Error::Code::Internal, "rename " + staging + ": " + ec.message());
+  }
   return {};
 }
 
@@ -192,7 +200,7 @@ Expected<std::string> MakeInitramfs(const std::string& kernel_dir, const std::st
   }
   // The agent without its symbols: a quarter of the size, and the guest
   // kernel unpacks every byte of the initramfs before /init runs.
-  std::string stripped = kernel_dir + "/init.stripped";
+  std::string stripped = kernel_dir + "/init.stripped." + std::to_string(::getpid());
   bool strip_ok = vm::RunTool({"objcopy", "--strip-all", agent_path, stripped}).has_value();
   auto agent = vm::ReadWholeFile(strip_ok ? stripped : agent_path, std::size_t{256} << 20);
   ::unlink(stripped.c_str());
