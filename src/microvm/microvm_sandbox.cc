@@ -8,6 +8,7 @@
 
 #include "microvm/vmm.h"
 #include "sandbox/microvm.h"
+#include "sandbox/context.h"
 #include "sandbox/remote.h"
 
 namespace sandbox {
@@ -102,6 +103,15 @@ Expected<std::unique_ptr<Sandbox>> NewMicroVmSandbox(const MicroVmOptions& optio
     return Fail(Error::Code::Unavailable, "the microvm guest did not start its agent (" +
                                               sandbox.error().message() + "); console:\n" + tail);
   }
+  // One shell first, so the caller's first command starts warm: under
+  // emulation, pulling the shell and the C library through 9p the first
+  // time costs hundreds of milliseconds, more than a short timeout allows.
+  auto warm = (*sandbox)->Exec(Context::WithTimeout(std::chrono::seconds(30)),
+                               Command{.path = "/bin/sh", .args = {"-c", "true"}});
+  if (!warm || warm->exit_code != 0)
+    return Fail(Error::Code::Unavailable,
+                "the microvm guest cannot run /bin/sh from the host's /usr: " +
+                    (warm ? warm->stderr_data : warm.error().message()));
   return sandbox;
 }
 

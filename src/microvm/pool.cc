@@ -65,9 +65,6 @@ class Pool final : public MicroVmPool {
       fs::remove_all(pattern, ignored);
       return Fail(sandbox.error());
     }
-    // A first command pulls the shell and the C library through 9p into the
-    // guest's page cache, so the caller's first Exec is a warm one.
-    (void)(*sandbox)->Exec({}, Command{.path = "/bin/sh", .args = {"-c", "true"}});
     return Lease{std::move(*sandbox), pattern};
   }
 
