@@ -10,6 +10,7 @@
 #include "os/tree.h"
 #include "sandbox/docker.h"
 #include "sandbox/local.h"
+#include "sandbox/microvm.h"
 #include "sandbox/namespace.h"
 #include "sandbox/remote.h"
 
@@ -59,6 +60,18 @@ Expected<std::unique_ptr<Sandbox>> NewContainerSandbox(const std::string& worksp
 }
 
 }  // namespace
+
+Expected<VmImage> TestVmImage() {
+  // Built once per test process from this build's agent; the kernel comes
+  // from the cache ($SANDBOX_VM_CACHE, else ~/.cache/sandbox/vm), which
+  // .ci/run fills.
+  static const Expected<VmImage> image = [] {
+    VmImageOptions options;
+    options.agent_path = SANDBOX_AGENT_PATH;
+    return BuildVmImage(options);
+  }();
+  return image;
+}
 
 const std::vector<BackendUnderTest>& AllBackends() {
   static const std::vector<BackendUnderTest> backends = {
@@ -114,6 +127,23 @@ const std::vector<BackendUnderTest>& AllBackends() {
           "gvisor",
           [] { return DockerUnavailableReason("runsc"); },
           [](const std::string& workspace) { return NewContainerSandbox(workspace, true); },
+      },
+      {
+          // The agent as /init of a QEMU microvm guest, behind RemoteSandbox.
+          "microvm",
+          []() -> std::string {
+            if (std::string reason = MicroVmUnavailableReason(); !reason.empty()) return reason;
+            auto image = TestVmImage();
+            return image ? std::string() : "no guest image: " + image.error().message();
+          },
+          [](const std::string& workspace) -> Expected<std::unique_ptr<Sandbox>> {
+            auto image = TestVmImage();
+            if (!image) return Fail(image.error());
+            MicroVmOptions options;
+            options.workspace = workspace;
+            options.image = *image;
+            return NewMicroVmSandbox(options);
+          },
       },
   };
   return backends;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "sandbox/microvm.h"
 #include "sandbox/sandbox.h"
 
 namespace sandbox::testing {
@@ -36,6 +37,8 @@ std::vector<std::string> AllBackendNames();
 // normal build's static agent, theirs being dynamically linked against
 // runtimes no image has), else the agent built with the tests.
 std::string ContainerAgentPath();
+// The microvm guest image of this build (built once per process).
+Expected<VmImage> TestVmImage();
 
 // True when SANDBOX_REQUIRE_BACKENDS (comma-separated) names `backend`.
 bool BackendRequired(const std::string& backend);

@@ -451,9 +451,13 @@ INSTANTIATE_TEST_SUITE_P(
                        "--rootfs DIR`, then pass --image)"},
         UsageErrorCase{{"run", "--backend", "local", "--image", "x", "--", "true"},
                        "sandbox: --image needs the docker or gvisor backend (--backend docker)"},
-        UsageErrorCase{{"run", "--isolation", "vm", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--isolation", "vm", "--rootfs", "/", "--", "true"},
+                       "sandbox: --rootfs needs the namespace backend; the microvm guest's system "
+                       "is the host's /usr shared read-only"},
         UsageErrorCase{{"run", "--backend", "local", "--isolation", "process", "--", "true"}, ""},
-        UsageErrorCase{{"run", "--backend", "microvm", "--", "true"}, ""},
+        UsageErrorCase{{"run", "--backend", "microvm", "--pids", "10", "--", "true"},
+                       "sandbox: the microvm backend cannot enforce --pids (the guest's own "
+                       "kernel counts them)"},
         UsageErrorCase{{"mcp"}, "sandbox mcp: not available in this build yet"},
         UsageErrorCase{{"doctor", "extra"}, "sandbox: doctor takes no arguments (got 'extra')"},
         UsageErrorCase{{"gc", "extra"}, "sandbox: gc takes no arguments (got 'extra')"},
@@ -463,6 +467,17 @@ INSTANTIATE_TEST_SUITE_P(
                        "sandbox: image build: unknown argument '--bogus'"},
         UsageErrorCase{{"image", "build", "--tag"}, "sandbox: image build: --tag needs a value"},
         UsageErrorCase{{"frobnicate"}, ""}, UsageErrorCase{{}, ""}));
+
+TEST_F(CliTest, IsolationVmRunsInAMicroVmGuest) {
+  SANDBOX_SKIP_UNLESS_AVAILABLE("microvm");
+  CliRun run = Run({"--isolation", "vm", "--json", "--", "cat", "/proc/sys/kernel/osrelease"});
+  EXPECT_EQ(run.exit_code, 0) << Describe(run);
+  auto json = nlohmann::json::parse(run.out, nullptr, false);
+  ASSERT_TRUE(json.is_object()) << run.out;
+  EXPECT_EQ(json["backend"], "microvm");
+  EXPECT_EQ(json["isolation"], "vm");
+  EXPECT_EQ(json["stdout"], TestVmImage()->kernel_release + "\n");
+}
 
 TEST_F(CliTest, BackendLocalAndIsolationNoneAreAccepted) {
   CliRun run = Run({"--backend", "local", "--isolation", "none", "--network", "--", "echo", "ok"});

@@ -5,6 +5,7 @@
 //   sandbox-agent [--root DIR] [--workdir PATH] [--fd N] [--max-inflight N]
 //                 [--containment auto|cgroup|pidns] [--cgroup-fd N]
 //                 [--drop-capabilities] [--fence-without-openat2]
+//   sandbox-agent --vm-guest      (as /init of a microvm guest; see vm_guest.h)
 //
 // The stream is stdin (requests) and stdout (answers), or the socket `--fd N`
 // in both directions. stderr carries diagnostics only. The agent exits 0
@@ -20,6 +21,7 @@
 #include <string>
 #include <string_view>
 
+#include "agent/vm_guest.h"
 #include "os/init_reaper.h"
 #include "sandbox/local.h"
 #include "sandbox/remote.h"
@@ -75,7 +77,14 @@ int TakeStdFd(int fd, int flags) {
 int main(int argc, char** argv) {
   // As PID 1 of a namespace, split off a reaping init first (before any
   // thread exists); see os/init_reaper.h.
-  if (auto init_exit = sandbox::os::SplitOffInitIfPid1()) return *init_exit;
+  // The kernel hands /init the words of its command line it does not know
+  // (QEMU may append more), so look for the flag anywhere.
+  bool vm_guest = false;
+  for (int i = 1; i < argc; ++i) vm_guest = vm_guest || std::string_view(argv[i]) == "--vm-guest";
+  if (auto init_exit = sandbox::os::SplitOffInitIfPid1()) {
+    if (vm_guest) sandbox::agent::PowerOffVm();  // the agent is done: so is the VM
+    return *init_exit;
+  }
   // Commands may share the agent's uid: keep its memory, fds and environment
   // out of their reach through /proc (and ptrace) by making it non-dumpable.
   // execve resets the flag, so the commands themselves are unaffected.
@@ -86,7 +95,21 @@ int main(int argc, char** argv) {
   sandbox::ServeOptions serve;
   int fd = -1;
   int cgroup_fd = -1;
-  for (int i = 1; i < argc; ++i) {
+  if (vm_guest) {
+    // The guest's whole root is ours; commands get a PID namespace each and
+    // no capabilities, as in the namespace backend.
+    auto port = sandbox::agent::PrepareVmGuest();
+    if (!port) {
+      Say("cannot start the guest: " + port.error().ToString());
+      return 1;
+    }
+    fd = *port;
+    local.root = "/workspace";
+    local.workdir = "/workspace";
+    local.containment = sandbox::LocalOptions::Containment::kPidNamespace;
+    local.drop_capabilities = true;
+  }
+  for (int i = vm_guest ? argc : 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     std::string_view value;
     std::string_view name = arg;

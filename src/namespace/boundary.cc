@@ -6,17 +6,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <future>
 #include <map>
 #include <mutex>
-#include <thread>
 #include <tuple>
 
 #include "os/capabilities.h"
 #include "os/landlock.h"
+#include "os/launcher.h"
 #include "os/namespaces.h"
 #include "os/seccomp.h"
 #include "os/syscalls.h"
@@ -87,55 +84,6 @@ std::vector<os::LandlockPathRule> LandlockRules() {
       {"/dev", read | os::kLandlockFsWriteFile | os::kLandlockFsTruncate | os::kLandlockFsIoctlDev},
   };
 }
-
-// PR_SET_PDEATHSIG fires when the *thread* that cloned the child exits, not
-// the process. Boundaries are therefore cloned on one thread that lives as
-// long as the process, whichever thread asks for them.
-class Launcher {
- public:
-  // The launcher of this process (a forked child gets a fresh one: threads do
-  // not survive fork).
-  static Launcher& Get() {
-    static std::mutex mu;
-    static Launcher* current = nullptr;
-    std::lock_guard lock(mu);
-    if (current == nullptr || current->pid_ != getpid()) current = new Launcher();  // never freed
-    return *current;
-  }
-
-  // Runs `task` on the launcher thread and waits for it.
-  void Run(const std::function<void()>& task) {
-    std::packaged_task<void()> packaged(task);
-    std::future<void> done = packaged.get_future();
-    {
-      std::lock_guard lock(mu_);
-      queue_.push_back(std::move(packaged));
-    }
-    cv_.notify_one();
-    done.wait();
-  }
-
- private:
-  Launcher() : pid_(getpid()) {
-    std::thread([this] {
-      for (;;) {
-        std::packaged_task<void()> task;
-        {
-          std::unique_lock lock(mu_);
-          cv_.wait(lock, [this] { return !queue_.empty(); });
-          task = std::move(queue_.front());
-          queue_.pop_front();
-        }
-        task();
-      }
-    }).detach();
-  }
-
-  pid_t pid_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::packaged_task<void()>> queue_;
-};
 
 }  // namespace
 
@@ -274,7 +222,7 @@ Expected<Boundary> StartBoundary(const BoundaryConfig& config) {
   }
 
   std::optional<Expected<os::StartedChild>> cloned;
-  Launcher::Get().Run([&] { cloned.emplace(os::CloneIntoNamespaces(plan)); });
+  os::RunOnLauncherThread([&] { cloned.emplace(os::CloneIntoNamespaces(plan)); });
   Expected<os::StartedChild>& started = *cloned;
   if (!started) return Fail(started.error());
   // From here the child is owned: any early return kills and reaps it.

@@ -44,6 +44,8 @@ struct ChildPlan {
   int cwd_fd, stdin_fd, stdout_fd, stderr_fd, extra_fd, cgroup_procs_fd;
   bool new_session;
   int drop_capabilities_up_to;  // -1: keep them; else the last capability number
+  int parent_death_signal;      // 0: none
+  pid_t parent_pid;
   // Written by the child before _exit on failure; read by the parent after
   // vfork returns (the parent is suspended until the child execs or exits).
   int failed_errno;
@@ -115,6 +117,10 @@ void CloseFdsFrom(int lowest) {
   if (plan->cgroup_procs_fd >= 0 && write(plan->cgroup_procs_fd, "0", 1) != 1)
     ChildFail(plan, "cgroup");
   if (plan->new_session) setsid();
+  if (plan->parent_death_signal != 0) {
+    if (prctl(PR_SET_PDEATHSIG, plan->parent_death_signal) != 0) ChildFail(plan, "prctl");
+    if (getppid() != plan->parent_pid) _exit(127);  // the parent died before prctl took effect
+  }
   // Move the stdio sources above 3 first so a source numbered 0..3 is not
   // clobbered by an earlier dup2.
   int sources[4] = {plan->stdin_fd, plan->stdout_fd, plan->stderr_fd, plan->extra_fd};
@@ -413,6 +419,8 @@ Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure) {
   plan.cgroup_procs_fd = spec.cgroup_procs_fd;
   plan.new_session = spec.new_session;
   plan.drop_capabilities_up_to = spec.drop_capabilities ? LastCapability() : -1;
+  plan.parent_death_signal = spec.parent_death_signal;
+  plan.parent_pid = getpid();
   plan.failed_errno = 0;
   plan.failed_step = nullptr;
   if (spec.new_pid_namespace) return SpawnInNewPidNamespace(spec, plan, failure);

@@ -44,6 +44,10 @@ struct SpawnSpec {
   // the securebits) right before exec: for an agent that is root of a user
   // namespace starting commands that must be nothing there.
   bool drop_capabilities = false;
+  // If non-zero, the child gets this signal when the thread that spawned it
+  // exits (PR_SET_PDEATHSIG): spawn from os::RunOnLauncherThread to tie the
+  // child to the whole process (a VMM that must die with its host).
+  int parent_death_signal = 0;
 };
 
 // Where a PID-namespace init leaves the command's wait status: one shared

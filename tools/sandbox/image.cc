@@ -5,6 +5,7 @@
 #include <string>
 #include <string_view>
 
+#include "microvm_cli.h"
 #include "run.h"
 #include "sandbox/docker.h"
 
@@ -12,6 +13,7 @@ namespace sandbox::cli {
 namespace {
 
 constexpr std::string_view kImageUsage = R"(usage: sandbox image build [--rootfs DIR] [--tag NAME]
+       sandbox image build --vm [--cache DIR] [--kernel-deb FILE]
 
 Builds a Docker image for the docker and gvisor backends through the Docker
 Engine's import (no registry needed), labelled dev.sandbox.owner=image.
@@ -22,11 +24,15 @@ Engine's import (no registry needed), labelled dev.sandbox.owner=image.
                  the backends run unless given --image)
 
 The daemon is the one at DOCKER_HOST, else unix:///var/run/docker.sock.
+With --vm it builds the microvm backend's guest image instead
+(`sandbox image build --vm --help`).
 )";
 
 }  // namespace
 
 int ImageCommand(std::span<const std::string> args) {
+  for (const std::string& arg : args)
+    if (arg == "--vm") return VmImageCommand(args);
   if (args.empty() || args.front() == "-h" || args.front() == "--help") {
     WriteAll(args.empty() ? STDERR_FILENO : STDOUT_FILENO, kImageUsage);
     return args.empty() ? kExitSandboxFailed : 0;

@@ -25,7 +25,8 @@ commands:
   doctor    say which backends can run here, and why not
   gc        remove what sandboxes of crashed processes left behind
   image     build the image the docker and gvisor backends run
-            (sandbox image build [--rootfs DIR] [--tag NAME])
+            (sandbox image build [--rootfs DIR] [--tag NAME]), or the
+            microvm guest image (sandbox image build --vm)
   version   print the version
   mcp       not available in this build yet
 

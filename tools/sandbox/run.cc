@@ -27,6 +27,7 @@
 #include "sandbox/error.h"
 #include "sandbox/local.h"
 #include "sandbox/namespace.h"
+#include "microvm_cli.h"
 #include "sandbox/sandbox.h"
 
 namespace sandbox::cli {
@@ -144,7 +145,7 @@ Expected<std::string> SelectBackend(const RunFlags& flags) {
                       std::string(ToString(option->isolation)) + " but --isolation " +
                       std::string(ToString(*flags.isolation)) +
                       " was asked for; drop --backend to pick one that gives it");
-    if (option && *flags.backend != "microvm") return *flags.backend;
+    if (option) return *flags.backend;
     return Fail(Error::Code::Unsupported, BackendUnavailable(*flags.backend));
   }
   if (flags.isolation) return PickBackend(*flags.isolation);
@@ -195,6 +196,7 @@ Expected<std::unique_ptr<Sandbox>> MakeSandbox(const RunFlags& flags, const std:
     options.cpus = flags.cpus;
     return backend == "gvisor" ? NewGvisorSandbox(options) : NewDockerSandbox(options);
   }
+  if (backend == "microvm") return MakeMicroVmSandbox(flags, workspace);
   NamespaceOptions options;
   options.workspace = workspace;
   if (flags.rootfs) options.rootfs = *flags.rootfs;
@@ -318,7 +320,7 @@ int RunCommand(std::span<const std::string> args) {
   auto made = MakeSandbox(*flags, *backend, workspace);
   if (!made) {
     std::string message = made.error().message();
-    if (!flags->backend) {
+    if (!flags->backend && *backend == "namespace") {
       // namespace was chosen for the user: say what to do instead.
       message = "the " + *backend + " backend" +
                 std::string(flags->isolation ? " (needed for --isolation " +
