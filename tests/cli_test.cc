@@ -39,7 +39,7 @@ constexpr const char* kCliPath = SANDBOX_CLI_PATH;
 
 struct CliOptions {
   std::string stdin_data;
-  std::vector<std::string> extra_env;  // "KEY=VALUE" added to this process's environment
+  std::vector<std::string> extra_env;  // "KEY=VALUE" set over this process's environment
   std::string cwd;                     // "" keeps this process's
   // Called on a separate thread with the CLI's pid once it is running.
   std::function<void(pid_t)> while_running;
@@ -85,8 +85,16 @@ CliRun RunCli(const std::vector<std::string>& args, const CliOptions& options = 
   std::vector<char*> argv;
   for (auto& arg : argv_strings) argv.push_back(arg.data());
   argv.push_back(nullptr);
+  // extra_env replaces a variable of the same name.
   std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  for (char** e = environ; *e; ++e) {
+    std::string_view entry = *e;
+    std::string_view name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const std::string& extra : options.extra_env)
+      replaced = replaced || std::string_view(extra).substr(0, extra.find('=')) == name;
+    if (!replaced) env_strings.emplace_back(entry);
+  }
   env_strings.insert(env_strings.end(), options.extra_env.begin(), options.extra_env.end());
   std::vector<char*> envp;
   for (auto& entry : env_strings) envp.push_back(entry.data());
@@ -758,23 +766,28 @@ TEST_F(CliGateTest, ReviewTimeoutMustBePositive) {
   EXPECT_EQ(run.err, "sandbox: --review-timeout must be more than 0\n");
 }
 
-// This branch has no gvisor or microvm backend: --isolation kernel must fail,
-// never fall back to namespace, and say what to install.
+// A machine without gVisor or QEMU (a Docker socket that is not there, a
+// QEMU that is not installed): --isolation kernel must fail, never fall back
+// to namespace, and say what to install.
 TEST_F(CliGateTest, IsolationKernelWithoutGvisorExits125SayingWhatToInstall) {
-  CliRun run = Run({"--isolation", "kernel", "--", "touch", "marker"});
+  CliOptions hidden;
+  hidden.extra_env = {"DOCKER_HOST=unix://" + config_.Join("no-docker.sock"),
+                      "SANDBOX_QEMU=" + config_.Join("no-qemu")};
+  CliRun run = Run({"--isolation", "kernel", "--", "touch", "marker"}, hidden);
   EXPECT_EQ(run.exit_code, 125) << Describe(run);
   EXPECT_EQ(run.out, "");
   EXPECT_TRUE(run.err.starts_with(
       "sandbox: --isolation kernel: no backend on this machine gives isolation kernel or "
       "stronger, and a weaker one is never used instead:\n"
-      "  gvisor (isolation kernel): this build has no gvisor backend yet; it needs Docker with "
-      "gVisor's runsc registered as a runtime: install Docker (apt-get install docker.io) and "
-      "gVisor's runsc (https://gvisor.dev/docs/user_guide/install/), then run `runsc install` "
-      "and restart dockerd (here: runsc is "))
+      "  gvisor (isolation kernel): "))
       << run.err;
-  EXPECT_NE(run.err.find("\n  microvm (isolation vm): this build has no microvm backend yet; it "
-                         "needs firecracker with /dev/kvm, or qemu-system-x86_64 (apt-get "
-                         "install qemu-system-x86) (here: /dev/kvm "),
+  EXPECT_NE(run.err.find("the gvisor backend needs Docker with gVisor's runsc registered as the "
+                         "runtime \"runsc\": apt-get install docker.io runsc"),
+            std::string::npos)
+      << run.err;
+  EXPECT_NE(run.err.find("\n  microvm (isolation vm): '" + config_.Join("no-qemu") +
+                         "' is not installed (apt-get install qemu-system-x86); the microvm "
+                         "backend needs qemu-system-x86_64"),
             std::string::npos)
       << run.err;
   EXPECT_EQ(run.err.find("namespace"), std::string::npos) << run.err;

@@ -32,6 +32,11 @@ Expected<std::string> FindTool(const std::string& name, const std::string& packa
               "'" + name + "' is not installed (apt-get install " + package + ")");
 }
 
+std::string QemuBinary() {
+  const char* env = std::getenv("SANDBOX_QEMU");
+  return env && *env ? std::string(env) : std::string("qemu-system-x86_64");
+}
+
 Expected<std::string> RunTool(const std::vector<std::string>& argv, const std::string& cwd) {
   auto path = FindTool(argv.at(0), argv.at(0));
   if (!path) return Fail(path.error());

@@ -14,6 +14,10 @@ namespace sandbox::vm {
 // saying which Debian package provides it (`package`).
 Expected<std::string> FindTool(const std::string& name, const std::string& package);
 
+// The QEMU binary to run: $SANDBOX_QEMU when set (a path or a name on PATH),
+// else qemu-system-x86_64.
+std::string QemuBinary();
+
 // Runs `argv` (argv[0] looked up on PATH) in `cwd` with stdin from
 // /dev/null, waits, and returns its stdout (at most 1 MiB). stderr goes to
 // this process's stderr. An exit status other than 0 is an error naming the

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 
+#include "microvm/host_tools.h"
 #include "microvm/vmm.h"
 #include "sandbox/microvm.h"
 #include "sandbox/context.h"
@@ -42,11 +43,8 @@ Expected<VmImage> DefaultImage(const MicroVmOptions& options) {
 }  // namespace
 
 std::string MicroVmUnavailableReason() {
-  if (::access("/usr/bin/qemu-system-x86_64", X_OK) != 0) {
-    if (auto found = ::access("/usr/local/bin/qemu-system-x86_64", X_OK); found != 0)
-      return "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)";
-  }
-  return {};
+  auto qemu = vm::FindTool(vm::QemuBinary(), "qemu-system-x86");
+  return qemu ? std::string() : qemu.error().message();
 }
 
 Expected<std::unique_ptr<Sandbox>> NewMicroVmSandbox(const MicroVmOptions& options) {

@@ -128,7 +128,7 @@ class QemuDriver final : public VmmDriver {
   std::string_view name() const override { return "qemu"; }
 
   Expected<std::unique_ptr<RunningVm>> Boot(const VmSpec& spec) override {
-    auto binary = FindTool(binary_.empty() ? "qemu-system-x86_64" : binary_, "qemu-system-x86");
+    auto binary = FindTool(binary_.empty() ? QemuBinary() : binary_, "qemu-system-x86");
     if (!binary) return Fail(binary.error());
     bool kvm = accel_ == Accel::kKvm || (accel_ == Accel::kAuto && KvmUsable());
     int agent_pair[2];

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sandbox/docker.h"
+#include "sandbox/microvm.h"
 #include "sandbox/namespace.h"
 
 namespace sandbox::cli {
@@ -63,10 +64,12 @@ std::string GvisorUnavailable() {
 }
 
 std::string MicrovmUnavailable() {
-  const bool kvm = Exists("/dev/kvm");
-  return "this build has no microvm backend yet; it needs firecracker with /dev/kvm, or "
-         "qemu-system-x86_64 (apt-get install qemu-system-x86) (here: /dev/kvm " +
-         std::string(kvm ? "exists" : "is missing") + "; firecracker is " +
+  std::string reason = MicroVmUnavailableReason();
+  if (reason.empty()) return "";
+  return reason + "; the microvm backend needs qemu-system-x86_64 (apt-get install "
+                  "qemu-system-x86, or scripts/setup-microvm, which also fetches the guest "
+                  "kernel) (here: /dev/kvm " +
+         std::string(Exists("/dev/kvm") ? "exists" : "is missing") + "; firecracker is " +
          (OnPath("firecracker") ? "on PATH" : "not on PATH") + "; qemu-system-x86_64 is " +
          (OnPath("qemu-system-x86_64") ? "on PATH" : "not on PATH") + ")";
 }
