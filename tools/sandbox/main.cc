@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "doctor.h"
+#include "mcp.h"
 #include "run.h"
 
 // SANDBOX_VERSION comes from the build (the project's version in CMake).
@@ -24,8 +25,8 @@ commands:
   doctor    say which backends can run here, and why not
   gc        remove what sandboxes of crashed processes left behind
   version   print the version
-  mcp, image
-            not available in this build yet
+  mcp       serve a sandbox to an MCP client over stdio (see sandbox mcp --help)
+  image     not available in this build yet
 
 options:
   -h, --help   print this help and exit
@@ -61,7 +62,10 @@ int main(int argc, char** argv) {
   if (command == "gc") {
     return sandbox::cli::GcCommand(std::span<const std::string>(args).subspan(1));
   }
-  if (command == "mcp" || command == "image") {
+  if (command == "mcp") {
+    return sandbox::cli::McpCommand(std::span<const std::string>(args).subspan(1));
+  }
+  if (command == "image") {
     sandbox::cli::WriteAll(STDERR_FILENO, "sandbox " + command + ": not available in this build yet\n");
     return sandbox::cli::kExitSandboxFailed;
   }

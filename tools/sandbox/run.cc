@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -20,6 +19,7 @@
 #include <utility>
 
 #include "flags.h"
+#include "json/result_json.h"
 #include "sandbox/context.h"
 #include "sandbox/error.h"
 #include "sandbox/local.h"
@@ -188,21 +188,7 @@ Expected<std::unique_ptr<Sandbox>> MakeSandbox(const RunFlags& flags, const std:
 }
 
 std::string ResultJson(const Result& result, const Capabilities& caps) {
-  nlohmann::ordered_json object;
-  object["exit_code"] = result.exit_code;
-  object["stdout"] = result.stdout_data;
-  object["stderr"] = result.stderr_data;
-  object["duration_ms"] = static_cast<double>(result.duration.count()) / 1e6;
-  object["timed_out"] = result.timed_out;
-  object["stdout_truncated"] = result.stdout_truncated;
-  object["stderr_truncated"] = result.stderr_truncated;
-  object["signal"] = result.signal ? nlohmann::ordered_json(*result.signal) : nullptr;
-  object["isolation"] = ToString(caps.isolation);
-  object["backend"] = caps.backend;
-  object["stdout_dropped"] = result.stdout_dropped;
-  object["stderr_dropped"] = result.stderr_dropped;
-  // Invalid UTF-8 in the captured streams becomes U+FFFD instead of throwing.
-  return object.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  return json::Dump(json::ResultObject(result, caps)) + "\n";
 }
 
 void WriteResult(const Result& result, const Capabilities& caps, bool json) {
@@ -227,6 +213,37 @@ int ExitStatusOf(const Result& result) {
 }
 
 }  // namespace
+
+Expected<std::unique_ptr<Sandbox>> OpenSandbox(const RunFlags& flags) {
+  auto backend = SelectBackend(flags);
+  if (!backend) return Fail(backend.error());
+  std::string workspace;
+  if (flags.workspace) {
+    workspace = *flags.workspace;
+  } else {
+    std::error_code error;
+    workspace = std::filesystem::current_path(error).string();
+    if (error)
+      return Fail(Error::Code::InvalidArgument, "cannot determine the current directory (" +
+                                                    error.message() + "); pass --workspace DIR");
+  }
+  auto made = MakeSandbox(flags, *backend, workspace);
+  if (!made) {
+    if (flags.backend) return Fail(made.error());
+    // namespace was chosen for the user: say what to do instead.
+    return Fail(made.error().code(),
+                "the namespace backend" +
+                    std::string(flags.isolation ? " (needed for --isolation process)"
+                                                : " (the default)") +
+                    " cannot run here: " + made.error().message() +
+                    ". Run `sandbox doctor` for details" +
+                    (flags.isolation ? "" : "; to run trusted code without isolation, ask for "
+                                            "it with --backend local"));
+  }
+  std::unique_ptr<Sandbox> sandbox = std::move(*made);
+  SANDBOX_RETURN_IF_ERROR(Require(*sandbox, flags.isolation.value_or(Isolation::None)));
+  return sandbox;
+}
 
 bool WriteAll(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -279,39 +296,12 @@ int RunCommand(std::span<const std::string> args) {
   }
   signals.CancelFromNowOn();
 
-  std::string workspace;
-  if (flags->workspace) {
-    workspace = *flags->workspace;
-  } else {
-    std::error_code error;
-    workspace = std::filesystem::current_path(error).string();
-    if (error) {
-      PrintError("cannot determine the current directory (" + error.message() +
-                 "); pass --workspace DIR");
-      return kExitSandboxFailed;
-    }
-  }
-  auto made = MakeSandbox(*flags, *backend, workspace);
-  if (!made) {
-    std::string message = made.error().message();
-    if (!flags->backend) {
-      // namespace was chosen for the user: say what to do instead.
-      message = "the namespace backend" +
-                std::string(flags->isolation ? " (needed for --isolation process)"
-                                             : " (the default)") +
-                " cannot run here: " + message +
-                ". Run `sandbox doctor` for details" +
-                (flags->isolation ? "" : "; to run trusted code without isolation, ask for "
-                                         "it with --backend local");
-    }
-    PrintError(message);
+  auto opened = OpenSandbox(*flags);
+  if (!opened) {
+    PrintError(opened.error().message());
     return kExitSandboxFailed;
   }
-  std::unique_ptr<Sandbox> sandbox = std::move(*made);
-  if (auto required = Require(*sandbox, flags->isolation.value_or(Isolation::None)); !required) {
-    PrintError(required.error().message());
-    return kExitSandboxFailed;
-  }
+  std::unique_ptr<Sandbox> sandbox = std::move(*opened);
   const Capabilities caps = sandbox->GetCapabilities();
 
   Command command{
