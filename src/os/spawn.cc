@@ -73,6 +73,9 @@ bool MoveFd(int from, int to) {
   if (plan->cgroup_procs_fd >= 0 && write(plan->cgroup_procs_fd, "0", 1) != 1)
     ChildFail(plan, "cgroup");
   if (plan->new_session) setsid();
+  // Before the stdio moves: a cwd fd numbered 0..3 (the caller's fds 0..3
+  // may be closed) would be replaced by a dup2 below.
+  if (plan->cwd_fd >= 0 && fchdir(plan->cwd_fd) < 0) ChildFail(plan, "chdir");
   // Move the stdio sources above 3 first so a source numbered 0..3 is not
   // clobbered by an earlier dup2.
   int sources[4] = {plan->stdin_fd, plan->stdout_fd, plan->stderr_fd, plan->extra_fd};
@@ -84,7 +87,6 @@ bool MoveFd(int from, int to) {
   }
   for (int target = 0; target < 4; ++target)
     if (!MoveFd(sources[target], target)) ChildFail(plan, "dup2");
-  if (plan->cwd_fd >= 0 && fchdir(plan->cwd_fd) < 0) ChildFail(plan, "chdir");
   // Nothing but stdio (and fd 3 when asked) crosses into the command, even
   // fds the embedding program opened without O_CLOEXEC.
   syscall(SYS_close_range, plan->extra_fd >= 0 ? 4 : 3, ~0U, 0);
