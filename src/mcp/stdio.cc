@@ -24,7 +24,10 @@ bool LineReader::Fill() {
       if (errno == EINTR) continue;
       return false;
     }
-    if (wake_fd_ >= 0 && fds[1].revents != 0) return false;
+    if (wake_fd_ >= 0 && fds[1].revents != 0) {
+      woken_ = true;
+      return false;
+    }
     if (fds[0].revents == 0) continue;
     // Drop what was consumed before growing the buffer.
     if (start_ > 0) {
@@ -79,7 +82,10 @@ LineReader::Event LineReader::Next(std::string& line) {
       if (!line.empty() && line.back() == '\r') line.pop_back();
       return Event::kLine;
     }
-    if (!Fill()) at_end_ = true;
+    if (!Fill()) {
+      if (woken_) return Event::kEnd;  // stopped: a partial line is not a message
+      at_end_ = true;
+    }
   }
 }
 

@@ -43,6 +43,7 @@ class LineReader {
   std::size_t scanned_ = 0;  // buffer_[start_, scanned_) holds no newline
   bool skipping_ = false;  // inside a line that was too long
   bool at_end_ = false;
+  bool woken_ = false;     // wake_fd_ fired: end now
 };
 
 // Serves `server` on `in_fd`/`out_fd` until input ends (or `wake_fd`, when

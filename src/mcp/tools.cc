@@ -177,12 +177,16 @@ std::string Section(std::string_view name, const std::string& data) {
   return text;
 }
 
-// The text a model reads for a command's Result.
-std::string ResultText(const Result& result, std::chrono::nanoseconds timeout) {
+// The text a model reads for a command's Result. `cancelled`: the server
+// is stopping, which killed the command (Result::timed_out says so too).
+std::string ResultText(const Result& result, std::chrono::nanoseconds timeout, bool cancelled) {
   std::string text = "exit code: " + std::to_string(result.exit_code) + "\n";
   text += Section("stdout", result.stdout_data);
   text += Section("stderr", result.stderr_data);
-  if (result.timed_out)
+  if (result.timed_out && cancelled)
+    text += "note: cancelled because the server is stopping; the command and everything it "
+            "started were killed\n";
+  else if (result.timed_out)
     text += "note: timed out after " +
             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) +
             " ms; the command and everything it started were killed\n";
@@ -403,11 +407,24 @@ Toolbox::Outcome Toolbox::RunCommand(const json& args, bool structured) {
                                      " sessions may be open at once; reuse a session name"));
       auto opened = sessioner->NewSession(CallContext());
       if (!opened) return ErrorResult(opened.error());
+      if (!options_.default_dir.empty()) {
+        // A session starts in the default directory; its later cds are its own.
+        auto moved = (*opened)->Exec(CallContext(), {.path = "cd", .args = {"--", options_.default_dir}});
+        if (!moved || moved->exit_code != 0) {
+          (void)(*opened)->Close();
+          return ErrorResult(!moved ? moved.error()
+                                    : Error(Error::Code::NotFound,
+                                            "cannot start a session in --dir " + options_.default_dir +
+                                                ": " + moved->stderr_data));
+        }
+      }
       it = sessions_.emplace(*session_name, std::move(*opened)).first;
     }
-    // `eval` runs the text in the session's own shell, so cd and export last.
+    // `eval` runs the text in the session's own shell, so cd and export last;
+    // only an explicit dir runs it in a subshell elsewhere.
     cmd.path = "eval";
     cmd.args = {*command};
+    cmd.dir = dir.value_or("");
     result = it->second->Exec(CallContext(), cmd);
     const bool dead = (!result && result.error().code() == Error::Code::Unavailable) ||
                       (result && result->timed_out);
@@ -419,7 +436,7 @@ Toolbox::Outcome Toolbox::RunCommand(const json& args, bool structured) {
     }
   }
   if (!result) return ErrorResult(result.error(), note.empty() ? "" : "\n" + note);
-  return ToolResult(ResultText(*result, timeout) + note, sandbox::json::ResultObject(*result, caps_),
+  return ToolResult(ResultText(*result, timeout, options_.stop.stop_requested()) + note, sandbox::json::ResultObject(*result, caps_),
                     structured);
 }
 
