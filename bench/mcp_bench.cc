@@ -72,6 +72,7 @@ class ServerProcess {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, in[0], 0);
     posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0);  // its log lines
     std::vector<std::string> args = {SANDBOX_CLI_PATH, "mcp", "--backend", "local", "--workspace", workspace};
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
