@@ -226,7 +226,7 @@ BackendReport NamespaceReport() {
   BackendReport report{.name = "namespace", .isolation = Isolation::Process, .checks = {}};
   utsname kernel{};
   uname(&kernel);
-  report.checks.push_back({"kernel", true, false,
+  report.checks.push_back({"kernel", true, true,
                            std::string("Linux ") + kernel.release +
                                " (user namespaces, mount_setattr and Landlock are probed below)"});
   for (const NamespaceCheck& check : ProbeNamespaceBackend())

@@ -1,15 +1,11 @@
 #include "mcp.h"
 
-#include <pthread.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <cstdint>
 #include <memory>
-#include <stop_token>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 
 #include "flags.h"
@@ -18,6 +14,7 @@
 #include "os/syscalls.h"
 #include "os/unique_fd.h"
 #include "run.h"
+#include "signal_watcher.h"
 
 namespace sandbox::cli {
 namespace {
@@ -46,49 +43,6 @@ Logs go to stderr; stdout carries protocol messages only.
 
 void Log(std::string_view message) { PrintError("mcp: " + std::string(message)); }
 
-// Waits for SIGINT/SIGTERM/SIGHUP (blocked in every thread) on its own
-// thread; the first one cancels the running call and wakes the reader, so
-// the server stops and the sandbox is closed. Destruction joins the thread.
-class StopOnSignal {
- public:
-  explicit StopOnSignal(int wake_fd) : wake_fd_(wake_fd), thread_([this] { Loop(); }) {}
-  StopOnSignal(const StopOnSignal&) = delete;
-  StopOnSignal& operator=(const StopOnSignal&) = delete;
-  ~StopOnSignal() {
-    done_.store(true);
-    pthread_kill(thread_.native_handle(), SIGTERM);
-    thread_.join();
-  }
-
-  std::stop_token token() const { return stop_.get_token(); }
-  int received() const { return received_.load(); }
-
- private:
-  void Loop() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    while (true) {
-      int signal_number = 0;
-      if (sigwait(&set, &signal_number) != 0) continue;
-      if (done_.load()) return;
-      int none = 0;
-      if (!received_.compare_exchange_strong(none, signal_number)) _exit(128 + none);
-      stop_.request_stop();
-      const std::uint64_t one = 1;
-      (void)!write(wake_fd_, &one, sizeof one);
-    }
-  }
-
-  int wake_fd_;
-  std::stop_source stop_;
-  std::atomic<int> received_{0};
-  std::atomic<bool> done_{false};
-  std::thread thread_;  // last: starts after the members it uses exist
-};
-
 }  // namespace
 
 int McpCommand(std::span<const std::string> args) {
@@ -110,7 +64,14 @@ int McpCommand(std::span<const std::string> args) {
     PrintError(wake.error().message());
     return kExitSandboxFailed;
   }
-  StopOnSignal signals(wake->get());
+  // A signal cancels the running call and wakes the reader, so the server
+  // stops and the sandbox is closed.
+  const int wake_fd = wake->get();
+  SignalWatcher signals([wake_fd] {
+    const std::uint64_t one = 1;
+    (void)!write(wake_fd, &one, sizeof one);
+  });
+  signals.CancelFromNowOn();
 
   auto opened = OpenSandbox(*flags);
   if (!opened) {

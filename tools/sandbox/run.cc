@@ -20,6 +20,7 @@
 
 #include "flags.h"
 #include "json/result_json.h"
+#include "signal_watcher.h"
 #include "sandbox/context.h"
 #include "sandbox/error.h"
 #include "sandbox/local.h"
@@ -31,62 +32,6 @@ namespace {
 
 // The most standard input `sandbox run` buffers for the command.
 constexpr std::size_t kMaxStdinBytes = std::size_t{256} << 20;
-
-sigset_t TerminationSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  return set;
-}
-
-// Waits for SIGINT/SIGTERM/SIGHUP on a dedicated thread (the signals are
-// blocked in every thread, see BlockTerminationSignals). While standard input
-// is being read a signal ends the CLI at once (nothing has been started yet);
-// after that, the first signal cancels through the stop token, so a running
-// command's whole tree is killed by the backend, and a second one ends the CLI
-// at once. Destruction stops and joins the thread.
-class SignalWatcher {
- public:
-  SignalWatcher() : thread_([this] { Loop(); }) {}
-  SignalWatcher(const SignalWatcher&) = delete;
-  SignalWatcher& operator=(const SignalWatcher&) = delete;
-  ~SignalWatcher() {
-    shutting_down_.store(true);
-    // A thread-directed signal wakes the sigwait; the flag makes it return.
-    pthread_kill(thread_.native_handle(), SIGTERM);
-    thread_.join();
-  }
-
-  std::stop_token token() const { return stop_.get_token(); }
-
-  // From now on a signal cancels through the stop token instead of exiting.
-  void CancelFromNowOn() { cancellable_.store(true); }
-
-  // The first signal received, or 0.
-  int received() const { return received_.load(); }
-
- private:
-  void Loop() {
-    const sigset_t set = TerminationSignals();
-    while (true) {
-      int signal_number = 0;
-      if (sigwait(&set, &signal_number) != 0) continue;
-      if (shutting_down_.load()) return;
-      int expected = 0;
-      if (!received_.compare_exchange_strong(expected, signal_number)) _exit(128 + expected);
-      if (!cancellable_.load()) _exit(128 + signal_number);
-      stop_.request_stop();
-    }
-  }
-
-  std::stop_source stop_;
-  std::atomic<int> received_{0};
-  std::atomic<bool> cancellable_{false};
-  std::atomic<bool> shutting_down_{false};
-  std::thread thread_;  // last: starts after the members it uses exist
-};
 
 // The CLI's standard input, read to its end unless it is a terminal (then the
 // command gets none). A closed fd 0 counts as empty.
