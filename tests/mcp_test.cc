@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "flags.h"
 #include "mcp/server.h"
 #include "mcp/stdio.h"
 #include "mcp/tools.h"
@@ -305,7 +306,7 @@ TEST_F(McpServerTest, ToolsListHasTheContractsNamesAndSchemas) {
   // Parsed keeping the order of keys, as the server sent them.
   auto tools = nlohmann::ordered_json::parse(*server_->Handle(Request(2, "tools/list", nullptr)))["result"]["tools"];
   std::vector<std::string> names;
-  for (const json& tool : tools) names.push_back(tool["name"]);
+  for (const auto& tool : tools) names.push_back(tool["name"]);
   EXPECT_EQ(names, (std::vector<std::string>{"run_command", "read_file", "write_file",
                                               "append_file", "list_dir", "make_dir", "remove"}));
   auto shape = [&](std::size_t i) {
@@ -578,6 +579,41 @@ TEST(McpLineReaderTest, LineExactlyAtTheLimitIsALineOneMoreIsTooLong) {
     EXPECT_EQ(reader.Next(line), mcp::LineReader::Event::kEnd);
     close(fds[0]);
   }
+}
+
+// ---- options -----------------------------------------------------------------
+
+TEST(McpFlagsTest, ServeFlagsAreRunsOptionsWithoutAProgram) {
+  const std::vector<std::string> args = {"--backend", "namespace", "--workspace=/w", "--timeout",
+                                         "30s", "--env", "A=1", "--dir", "src", "--memory", "1g",
+                                         "--pids", "64", "--network"};
+  auto flags = cli::ParseServeFlags(args);
+  ASSERT_TRUE(flags) << flags.error().ToString();
+  EXPECT_EQ(flags->backend, "namespace");
+  EXPECT_EQ(flags->workspace, "/w");
+  EXPECT_EQ(flags->timeout, std::chrono::seconds(30));
+  EXPECT_EQ(flags->env, std::vector<std::string>{"A=1"});
+  EXPECT_EQ(flags->dir, "src");
+  EXPECT_EQ(flags->memory, std::uint64_t{1} << 30);
+  EXPECT_EQ(flags->pids, 64u);
+  EXPECT_TRUE(flags->network);
+  EXPECT_EQ(flags->program, "");
+  EXPECT_TRUE(cli::ParseServeFlags(std::vector<std::string>{}).has_value());
+
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused_cases = {
+      {{"--", "sh"}, "unexpected argument '--': this command takes options only"},
+      {{"sh"}, "unexpected argument 'sh': this command takes options only"},
+      {{"--backend", "local", "-"}, "unexpected argument '-': this command takes options only"},
+  };
+  for (const auto& [bad, message] : refused_cases) {
+    auto refused = cli::ParseServeFlags(bad);
+    ASSERT_FALSE(refused) << message;
+    EXPECT_EQ(refused.error().code(), Error::Code::InvalidArgument);
+    EXPECT_EQ(refused.error().message(), message);
+  }
+  auto bad_value = cli::ParseServeFlags(std::vector<std::string>{"--timeout", "soon"});
+  ASSERT_FALSE(bad_value);
+  EXPECT_EQ(bad_value.error().message(), cli::ParseRunFlags(std::vector<std::string>{"--timeout", "soon", "true"}).error().message());
 }
 
 // ---- the binary through pipes ----------------------------------------------
