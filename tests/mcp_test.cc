@@ -282,7 +282,7 @@ TEST_F(McpServerTest, WrongArgumentsAreInvalidParams) {
        "unknown argument 'shell' for tool run_command"},
       {"read_file", {{"path", nullptr}}, "read_file: argument 'path' must be a string, not null"},
       {"read_file", {{"path", "x"}, {"max_bytes", 0}},
-       "read_file: argument 'max_bytes' must be between 1 and 16777216"},
+       "read_file: argument 'max_bytes' must be between 1 and 524288"},
       {"read_file", {{"path", "x"}, {"max_bytes", true}},
        "read_file: argument 'max_bytes' must be an integer, not boolean"},
       {"write_file", {{"path", "x"}}, "write_file: missing required argument 'content'"},
@@ -404,11 +404,28 @@ TEST_F(McpServerTest, TruncatedOutputIsCountedAndSaidSo) {
   json result = CallTool("run_command", {{"command", "head -c 2000000 /dev/zero | tr '\\0' a"}});
   json& structured = result["structuredContent"];
   EXPECT_EQ(structured["stdout_truncated"], true);
-  EXPECT_EQ(structured["stdout_dropped"], 2000000 - 1048576);
-  EXPECT_EQ(structured["stdout"].get<std::string>(), std::string(1048576, 'a'));
+  // run_command keeps 128 KiB of each stream (ToolOptions::output_limit).
+  EXPECT_EQ(structured["stdout_dropped"], 2000000 - 131072);
+  EXPECT_EQ(structured["stdout"].get<std::string>(), std::string(131072, 'a'));
   const std::string text = result["content"][0]["text"];
-  EXPECT_TRUE(text.ends_with("stderr: (empty)\nnote: stdout truncated: 951424 bytes dropped from the middle\n"))
+  EXPECT_TRUE(text.ends_with("stderr: (empty)\nnote: stdout truncated: 1868928 bytes dropped from the middle\n"))
       << text.substr(text.size() - 200);
+}
+
+TEST_F(McpServerTest, WorstCaseResponsesStayUnderTheSdksTenMiBMessageLimit) {
+  Initialize();
+  // NUL bytes need the longest JSON escape (\u0000), and appear twice.
+  std::optional<std::string> ran = server_->Handle(CallRequest(
+      2, "run_command", {{"command", "head -c 3000000 /dev/zero; head -c 3000000 /dev/zero >&2"}}));
+  ASSERT_TRUE(ran);
+  EXPECT_LT(ran->size(), std::size_t{10} << 20);
+  EXPECT_GT(ran->size(), std::size_t{3} << 20) << "both streams, 128 KiB each, escaped, twice";
+  WriteHostFile(workspace_.Join("zeros"), std::string(std::size_t{1} << 20, '\0'));
+  std::optional<std::string> read = server_->Handle(
+      CallRequest(3, "read_file", {{"path", "zeros"}, {"max_bytes", 524288}}));
+  ASSERT_TRUE(read);
+  EXPECT_LT(read->size(), std::size_t{10} << 20);
+  EXPECT_EQ(json::parse(*read)["result"]["structuredContent"]["bytes"], 524288);
 }
 
 // ---- sessions --------------------------------------------------------------
@@ -472,7 +489,7 @@ TEST_F(McpServerTest, FileToolsExactResults) {
             ToolOk("one\ntwo\n", {{"path", "p/f.txt"}, {"content", "one\ntwo\n"}, {"bytes", 8},
                                   {"truncated", false}, {"valid_utf8", true}}));
   EXPECT_EQ(CallTool("read_file", {{"path", "p/f.txt"}, {"max_bytes", 3}}),
-            ToolOk("one\n[truncated: the file is longer than 3 bytes; pass a larger max_bytes (at most 16777216)]",
+            ToolOk("one\n[truncated: the file is longer than 3 bytes; pass a larger max_bytes (at most 524288)]",
                    {{"path", "p/f.txt"}, {"content", "one"}, {"bytes", 3}, {"truncated", true},
                     {"valid_utf8", true}}));
   EXPECT_EQ(CallTool("list_dir", {{"path", "p"}}),

@@ -389,6 +389,7 @@ Toolbox::Outcome Toolbox::RunCommand(const json& args, bool structured) {
       .dir = dir.value_or(options_.default_dir),
       .env = options_.env,
       .timeout = timeout,
+      .output_limit = options_.output_limit,
   };
   Expected<Result> result = Fail(Error::Code::Internal, "unreachable");
   std::string note;

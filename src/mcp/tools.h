@@ -27,9 +27,14 @@ struct ToolOptions {
   std::vector<std::string> env;
   // How many named shell sessions may live at once.
   std::size_t max_sessions = 8;
-  // read_file's limit without max_bytes, and the largest max_bytes accepted.
-  std::size_t default_read_bytes = std::size_t{1} << 20;
-  std::size_t max_read_bytes = std::size_t{16} << 20;
+  // Bounds that keep every response line well under 10 MiB, the default
+  // message limit of the official TypeScript SDK's stdio transport, even when
+  // every byte needs a 6-byte JSON escape and appears twice (text content
+  // and structuredContent): run_command's capture per stream (head and tail
+  // kept), read_file's limit without max_bytes, and the largest max_bytes.
+  std::size_t output_limit = std::size_t{128} << 10;
+  std::size_t default_read_bytes = std::size_t{256} << 10;
+  std::size_t max_read_bytes = std::size_t{512} << 10;
   // Cancels every running call (the CLI stops it on SIGINT/SIGTERM).
   std::stop_token stop;
 };

@@ -126,6 +126,18 @@ check('tools/list', () => {
   });
 }
 
+{
+  // The largest output a call returns still fits the SDK's 10 MiB message limit.
+  const result = await call('run_command', { command: 'head -c 5000000 /dev/zero; head -c 5000000 /dev/zero >&2' });
+  check('run_command flood is truncated to what a client can take', () => {
+    const s = result.structuredContent;
+    assert.deepEqual([s.stdout.length, s.stdout_truncated, s.stdout_dropped, s.stderr.length, s.stderr_dropped],
+      [131072, true, 5000000 - 131072, 131072, 5000000 - 131072]);
+    assert.ok(text(result).endsWith(`note: stdout truncated: ${5000000 - 131072} bytes dropped from the middle\n` +
+      `note: stderr truncated: ${5000000 - 131072} bytes dropped from the middle\n`));
+  });
+}
+
 // make_dir, write_file, append_file, read_file, list_dir.
 {
   const made = await call('make_dir', { path: 'sub/deeper' });
@@ -149,7 +161,7 @@ check('tools/list', () => {
   const limited = await call('read_file', { path: 'sub/notes.txt', max_bytes: 5 });
   check('read_file max_bytes', () => {
     assert.deepEqual(limited.structuredContent, { path: 'sub/notes.txt', content: 'hello', bytes: 5, truncated: true, valid_utf8: true });
-    assert.equal(text(limited), 'hello\n[truncated: the file is longer than 5 bytes; pass a larger max_bytes (at most 16777216)]');
+    assert.equal(text(limited), 'hello\n[truncated: the file is longer than 5 bytes; pass a larger max_bytes (at most 524288)]');
   });
   const listed = await call('list_dir', { path: 'sub' });
   check('list_dir', () => {
