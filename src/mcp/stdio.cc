@@ -29,6 +29,9 @@ bool LineReader::Fill() {
       return false;
     }
     if (fds[0].revents == 0) continue;
+    // Room for the longest line plus one read, once: the buffer then never
+    // reallocates (no doubling to twice the bound, no freed copies).
+    if (buffer_.capacity() < max_line_ + kReadChunk) buffer_.reserve(max_line_ + kReadChunk);
     // Drop what was consumed before growing the buffer.
     if (start_ > 0) {
       buffer_.erase(0, start_);
