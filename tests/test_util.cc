@@ -1,17 +1,27 @@
 #include "test_util.h"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+
+extern char** environ;
 
 namespace sandbox::testing {
 
@@ -111,5 +121,121 @@ static std::size_t StatusField(const char* field) {
 
 std::size_t PeakRssBytes() { return StatusField("VmHWM:"); }
 std::size_t CurrentRssBytes() { return StatusField("VmRSS:"); }
+
+// Runs the CLI with `args` (argv[1..]) and waits for it.
+CliRun RunCli(const std::vector<std::string>& args, const CliOptions& options) {
+  CliRun run;
+  int in_pipe[2], out_pipe[2], err_pipe[2];
+  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0 ||
+      pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe2: " << std::strerror(errno);
+    return run;
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
+  posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
+  posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
+  if (!options.cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, options.cwd.c_str());
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t empty, defaults;
+  sigemptyset(&empty);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigmask(&attr, &empty);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+
+  std::vector<std::string> argv_strings = {kCliPath};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& arg : argv_strings) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  // extra_env replaces a variable of the same name.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) {
+    std::string_view entry = *e;
+    std::string_view name = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const std::string& extra : options.extra_env)
+      replaced = replaced || std::string_view(extra).substr(0, extra.find('=')) == name;
+    if (!replaced) env_strings.emplace_back(entry);
+  }
+  env_strings.insert(env_strings.end(), options.extra_env.begin(), options.extra_env.end());
+  std::vector<char*> envp;
+  for (auto& entry : env_strings) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+
+  const auto start = std::chrono::steady_clock::now();
+  pid_t pid = -1;
+  int spawned = posix_spawn(&pid, kCliPath, &actions, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  close(in_pipe[0]);
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  if (spawned != 0) {
+    ADD_FAILURE() << "posix_spawn " << kCliPath << ": " << std::strerror(spawned);
+    close(in_pipe[1]);
+    close(out_pipe[0]);
+    close(err_pipe[0]);
+    return run;
+  }
+
+  std::thread watcher;
+  if (options.while_running) watcher = std::thread([&] { options.while_running(pid); });
+
+  // Feed stdin and drain both outputs at once so no pipe ever fills up.
+  fcntl(in_pipe[1], F_SETFL, O_NONBLOCK);
+  std::size_t fed = 0;
+  int stdin_fd = in_pipe[1];
+  if (options.stdin_data.empty()) {
+    close(stdin_fd);
+    stdin_fd = -1;
+  }
+  int out_fd = out_pipe[0], err_fd = err_pipe[0];
+  while (out_fd >= 0 || err_fd >= 0) {
+    pollfd fds[3] = {{stdin_fd, POLLOUT, 0}, {out_fd, POLLIN, 0}, {err_fd, POLLIN, 0}};
+    if (poll(fds, 3, -1) < 0) {
+      if (errno == EINTR) continue;
+      ADD_FAILURE() << "poll: " << std::strerror(errno);
+      break;
+    }
+    if (stdin_fd >= 0 && fds[0].revents) {
+      ssize_t n = write(stdin_fd, options.stdin_data.data() + fed, options.stdin_data.size() - fed);
+      if (n > 0) fed += static_cast<std::size_t>(n);
+      if (n < 0 && errno != EAGAIN) fed = options.stdin_data.size();
+      if (fed == options.stdin_data.size()) {
+        close(stdin_fd);
+        stdin_fd = -1;
+      }
+    }
+    char buffer[65536];
+    for (int i = 1; i <= 2; ++i) {
+      if (!fds[i].revents) continue;
+      int& fd = i == 1 ? out_fd : err_fd;
+      ssize_t n = read(fd, buffer, sizeof buffer);
+      if (n > 0) {
+        (i == 1 ? run.out : run.err).append(buffer, static_cast<std::size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fd);
+        fd = -1;
+      }
+    }
+  }
+  if (stdin_fd >= 0) close(stdin_fd);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  run.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  if (watcher.joinable()) watcher.join();
+  if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) run.term_signal = WTERMSIG(status);
+  return run;
+}
+
 
 }  // namespace sandbox::testing

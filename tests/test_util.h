@@ -2,9 +2,14 @@
 #ifndef SANDBOX_TESTS_TEST_UTIL_H_
 #define SANDBOX_TESTS_TEST_UTIL_H_
 
+#include <sys/types.h>
+
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace sandbox::testing {
 
@@ -47,6 +52,32 @@ std::string UniqueMarker();
 std::size_t PeakRssBytes();
 // Current resident set size of this process, in bytes (VmRSS).
 std::size_t CurrentRssBytes();
+
+// The sandbox CLI built with the tests ("" when it is not built).
+inline constexpr const char* kCliPath = SANDBOX_CLI_PATH;
+
+// How RunCli runs the CLI.
+struct CliOptions {
+  std::string stdin_data;
+  std::vector<std::string> extra_env;  // "KEY=VALUE" set over this process's environment
+  std::string cwd;                     // "" keeps this process's
+  // Called on a separate thread with the CLI's pid once it is running.
+  std::function<void(pid_t)> while_running;
+};
+
+// What RunCli saw.
+struct CliRun {
+  int exit_code = -1;   // -1 when killed by a signal
+  int term_signal = 0;  // the signal that killed the CLI itself, if any
+  std::string out;
+  std::string err;
+  std::chrono::milliseconds elapsed{0};
+};
+
+// Runs the CLI with `args` (argv[1..]), feeds all of options.stdin_data and
+// then closes its stdin, collects stdout and stderr, and waits for it.
+// Failures to start it are reported with ADD_FAILURE.
+CliRun RunCli(const std::vector<std::string>& args, const CliOptions& options = {});
 
 }  // namespace sandbox::testing
 

@@ -121,6 +121,9 @@ void CloseFdsFrom(int lowest) {
     if (prctl(PR_SET_PDEATHSIG, plan->parent_death_signal) != 0) ChildFail(plan, "prctl");
     if (getppid() != plan->parent_pid) _exit(127);  // the parent died before prctl took effect
   }
+  // Before the stdio moves: a cwd fd numbered 0..3 (the caller's fds 0..3
+  // may be closed) would be replaced by a dup2 below.
+  if (plan->cwd_fd >= 0 && fchdir(plan->cwd_fd) < 0) ChildFail(plan, "chdir");
   // Move the stdio sources above 3 first so a source numbered 0..3 is not
   // clobbered by an earlier dup2.
   int sources[4] = {plan->stdin_fd, plan->stdout_fd, plan->stderr_fd, plan->extra_fd};
@@ -132,7 +135,6 @@ void CloseFdsFrom(int lowest) {
   }
   for (int target = 0; target < 4; ++target)
     if (!MoveFd(sources[target], target)) ChildFail(plan, "dup2");
-  if (plan->cwd_fd >= 0 && fchdir(plan->cwd_fd) < 0) ChildFail(plan, "chdir");
   // Nothing but stdio (and fd 3 when asked) crosses into the command, even
   // fds the embedding program opened without O_CLOEXEC.
   CloseFdsFrom(plan->extra_fd >= 0 ? 4 : 3);

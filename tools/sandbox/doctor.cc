@@ -1,85 +1,393 @@
 #include "doctor.h"
 
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <charconv>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "json/result_json.h"
+#include "os/host_probe.h"
+#include "os/syscalls.h"
 #include "os/tree.h"
 #include "run.h"
 #include "sandbox/docker.h"
+#include "sandbox/microvm.h"
 #include "sandbox/namespace.h"
 
 namespace sandbox::cli {
 namespace {
 
+// One piece a backend needs, as found on this machine.
+struct Check {
+  std::string name;
+  bool ok = false;
+  bool required = false;  // the backend cannot run without it
+  std::string detail;     // what was found, or why not and what to do
+};
+
+// Whether one backend works here, and why (not).
+struct BackendReport {
+  std::string name;
+  Isolation isolation = Isolation::None;
+  std::vector<Check> checks;
+
+  bool available() const {
+    for (const Check& check : checks)
+      if (check.required && !check.ok) return false;
+    return true;
+  }
+  // The first failed required check, as "name: detail"; "" when available.
+  std::string reason() const {
+    for (const Check& check : checks)
+      if (check.required && !check.ok) return check.name + ": " + check.detail;
+    return "";
+  }
+};
+
 void Print(std::string_view text) { WriteAll(STDOUT_FILENO, text); }
 
-void Line(bool ok, std::string_view what, std::string_view detail) {
-  Print(std::string("  ") + (ok ? "ok  " : "no  ") + std::string(what) + ": " +
-        std::string(detail) + "\n");
+// The API version Docker needs (DESIGN.md section 5).
+constexpr int kMinApiMajor = 1;
+constexpr int kMinApiMinor = 41;
+
+std::optional<std::string> FindInPath(std::string_view program) {
+  const char* path = getenv("PATH");
+  std::string dirs = path && *path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+  std::istringstream parts(dirs);
+  for (std::string dir; std::getline(parts, dir, ':');) {
+    if (dir.empty()) continue;
+    std::string candidate = dir + "/" + std::string(program);
+    struct stat info;
+    if (stat(candidate.c_str(), &info) == 0 && S_ISREG(info.st_mode) && access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+  }
+  return std::nullopt;
 }
 
-bool RejectArguments(std::string_view command, std::span<const std::string> args) {
-  if (args.empty()) return false;
-  if (args.front() == "-h" || args.front() == "--help") return false;
-  PrintError(std::string(command) + " takes no arguments (got '" + args.front() + "')");
-  return true;
+std::string ReadSmallFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
 }
+
+// ---- the Docker Engine: a plain HTTP/1.0 exchange over its Unix socket ----
+// (the docker backend's Engine client can replace this once it exists)
+
+struct EngineProbe {
+  std::string where;               // "unix:///var/run/docker.sock"
+  bool reachable = false;          // /_ping answered 200
+  std::string api_version;         // the Api-Version header of /_ping
+  bool api_ok = false;             // >= 1.41
+  std::string error;               // why not reachable
+  std::optional<nlohmann::json> info;  // GET /info, when reachable
+};
+
+// The status code and body of an HTTP/1.x reply, or nullopt.
+struct HttpReply {
+  int status = 0;
+  std::string headers;  // lower-cased header block
+  std::string body;
+};
+
+std::optional<HttpReply> ParseHttp(const std::string& raw) {
+  std::size_t end = raw.find("\r\n\r\n");
+  if (!raw.starts_with("HTTP/1.") || end == std::string::npos || raw.size() < 12) return std::nullopt;
+  HttpReply reply;
+  std::from_chars(raw.data() + 9, raw.data() + 12, reply.status);
+  reply.headers = raw.substr(0, end);
+  for (char& c : reply.headers)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  reply.body = raw.substr(end + 4);
+  return reply;
+}
+
+std::string Header(const HttpReply& reply, std::string_view lower_name) {
+  std::size_t at = reply.headers.find("\r\n" + std::string(lower_name) + ":");
+  if (at == std::string::npos) return "";
+  at += 3 + lower_name.size();
+  std::size_t end = reply.headers.find("\r\n", at);
+  std::string value = reply.headers.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  while (!value.empty() && value.front() == ' ') value.erase(0, 1);
+  return value;
+}
+
+bool ApiAtLeast(std::string_view version, int major, int minor) {
+  int got_major = 0, got_minor = 0;
+  auto dot = version.find('.');
+  if (dot == std::string_view::npos) return false;
+  auto [p1, e1] = std::from_chars(version.data(), version.data() + dot, got_major);
+  auto [p2, e2] = std::from_chars(version.data() + dot + 1, version.data() + version.size(), got_minor);
+  if (e1 != std::errc() || e2 != std::errc()) return false;
+  return got_major > major || (got_major == major && got_minor >= minor);
+}
+
+EngineProbe ProbeEngine() {
+  EngineProbe probe;
+  std::string socket = "/var/run/docker.sock";
+  if (const char* host = getenv("DOCKER_HOST"); host && *host) {
+    std::string_view value = host;
+    if (!value.starts_with("unix://")) {
+      probe.where = std::string(value);
+      probe.error = "DOCKER_HOST=" + std::string(value) +
+                    " is not a unix:// socket; sandbox talks to the Engine over its Unix socket";
+      return probe;
+    }
+    socket = std::string(value.substr(7));
+  }
+  probe.where = "unix://" + socket;
+  constexpr auto kTimeout = std::chrono::milliseconds(2000);
+  auto raw = os::UnixSocketExchange(socket, "GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n", 64 * 1024,
+                                    kTimeout);
+  if (!raw) {
+    probe.error = raw.error().message() +
+                  ": is dockerd running? (Debian: apt-get install docker.io; systemctl start "
+                  "docker), or point DOCKER_HOST at its socket";
+    return probe;
+  }
+  auto reply = ParseHttp(*raw);
+  if (!reply || reply->status != 200) {
+    probe.error = probe.where + " answered /_ping with something other than HTTP 200";
+    return probe;
+  }
+  probe.reachable = true;
+  probe.api_version = Header(*reply, "api-version");
+  probe.api_ok = ApiAtLeast(probe.api_version, kMinApiMajor, kMinApiMinor);
+  auto info_raw = os::UnixSocketExchange(socket, "GET /info HTTP/1.0\r\nHost: docker\r\n\r\n",
+                                         4 << 20, kTimeout);
+  if (info_raw) {
+    if (auto info = ParseHttp(*info_raw); info && info->status == 200) {
+      auto parsed = nlohmann::json::parse(info->body, nullptr, false);
+      if (!parsed.is_discarded() && parsed.is_object()) probe.info = std::move(parsed);
+    }
+  }
+  return probe;
+}
+
+// The backend's own verdict (its constructor's probe), first among its checks.
+Check BackendVerdict(std::string_view backend, const std::string& reason, std::string ok_detail) {
+  return {"the " + std::string(backend) + " backend", reason.empty(), true,
+          reason.empty() ? std::move(ok_detail) : reason};
+}
+
+void AddEngineChecks(const EngineProbe& engine, std::vector<Check>& checks) {
+  checks.push_back({"Docker Engine at " + engine.where, engine.reachable, true,
+                    engine.reachable ? "answers /_ping" : engine.error});
+  if (!engine.reachable) return;
+  checks.push_back({"Engine API >= 1.41", engine.api_ok, true,
+                    engine.api_version.empty()
+                        ? "the Engine did not say its API version"
+                        : "API " + engine.api_version +
+                              (engine.api_ok ? "" : ": upgrade Docker Engine to 20.10 or later")});
+}
+
+// ---- the reports -----------------------------------------------------------
+
+BackendReport LocalReport() {
+  BackendReport report{.name = "local", .isolation = Isolation::None, .checks = {}};
+  const bool openat2 = os::HasOpenat2();
+  report.checks.push_back({"openat2 (Linux >= 5.6)", openat2, true,
+                           openat2 ? "the path fence resolves in the kernel"
+                                   : "this kernel has no openat2: upgrade to Linux 5.6 or later"});
+  auto tree = os::ChooseTreeSource();
+  report.checks.push_back(
+      {"process-tree containment", static_cast<bool>(tree), true,
+       !tree ? tree.error().message()
+       : tree->containment == os::Containment::kCgroup
+           ? "a cgroup v2 per command under " + tree->cgroups->path()
+           : std::string("a PID namespace per command (no writable cgroup v2 here)")});
+  report.checks.push_back({"--memory/--pids/--cpus limits", false, false,
+                           "host subprocesses get no resource limits; asking for one is an error"});
+  return report;
+}
+
+std::string CgroupLayout() {
+  std::string v2 = ReadSmallFile("/sys/fs/cgroup/cgroup.controllers");
+  struct stat info;
+  if (stat("/sys/fs/cgroup/cgroup.controllers", &info) == 0)
+    return "v2 (unified) at /sys/fs/cgroup, controllers: " + (v2.empty() ? "none" : v2);
+  if (stat("/sys/fs/cgroup/unified/cgroup.controllers", &info) == 0) {
+    std::string hybrid = ReadSmallFile("/sys/fs/cgroup/unified/cgroup.controllers");
+    return "hybrid: v1 controllers under /sys/fs/cgroup/<controller>, v2 at "
+           "/sys/fs/cgroup/unified with controllers: " +
+           (hybrid.empty() ? "none" : hybrid);
+  }
+  return "v1 only (controllers under /sys/fs/cgroup/<controller>)";
+}
+
+BackendReport NamespaceReport() {
+  BackendReport report{.name = "namespace", .isolation = Isolation::Process, .checks = {}};
+  utsname kernel{};
+  uname(&kernel);
+  report.checks.push_back({"kernel", true, true,
+                           std::string("Linux ") + kernel.release +
+                               " (user namespaces, mount_setattr and Landlock are probed below)"});
+  for (const NamespaceCheck& check : ProbeNamespaceBackend())
+    report.checks.push_back({check.name, check.ok, check.required, check.detail});
+  report.checks.push_back({"cgroup hierarchy", true, false, CgroupLayout()});
+  return report;
+}
+
+BackendReport DockerReport(const EngineProbe& engine) {
+  BackendReport report{.name = "docker", .isolation = Isolation::Process, .checks = {}};
+  report.checks.push_back(BackendVerdict("docker", DockerUnavailableReason(),
+                                         "the Engine answers; run `sandbox image build` once "
+                                         "for the default image"));
+  AddEngineChecks(engine, report.checks);
+  return report;
+}
+
+BackendReport GvisorReport(const EngineProbe& engine) {
+  BackendReport report{.name = "gvisor", .isolation = Isolation::Kernel, .checks = {}};
+  report.checks.push_back(BackendVerdict(
+      "gvisor", DockerUnavailableReason("runsc"),
+      "the Engine has the runsc runtime (the kernel inside is checked on every start)"));
+  AddEngineChecks(engine, report.checks);
+  auto runsc = FindInPath("runsc");
+  report.checks.push_back({"runsc", runsc.has_value(), true,
+                           runsc ? *runsc
+                                 : "not found in PATH: install gVisor "
+                                   "(https://gvisor.dev/docs/user_guide/install/)"});
+  bool registered = false;
+  std::string detail;
+  if (!engine.reachable) {
+    detail = "cannot ask: the Docker Engine is not reachable";
+  } else if (!engine.info) {
+    detail = "cannot ask: GET /info gave no JSON";
+  } else {
+    auto runtimes = engine.info->find("Runtimes");
+    registered = runtimes != engine.info->end() && runtimes->is_object() && runtimes->contains("runsc");
+    detail = registered ? "Docker lists the runsc runtime"
+                        : "Docker has no runsc runtime: run `runsc install` (or add "
+                          "\"runtimes\": {\"runsc\": {\"path\": \"" +
+                              runsc.value_or("/usr/bin/runsc") +
+                              "\"}} to /etc/docker/daemon.json) and restart dockerd";
+  }
+  report.checks.push_back({"runsc registered as a Docker runtime", registered, true, detail});
+  return report;
+}
+
+BackendReport MicrovmReport() {
+  BackendReport report{.name = "microvm", .isolation = Isolation::VM, .checks = {}};
+  report.checks.push_back(BackendVerdict(
+      "microvm", MicroVmUnavailableReason(),
+      "QEMU is here; the guest image is built on first use (or `sandbox image build --vm`)"));
+  os::KvmProbe kvm = os::ProbeKvm();
+  auto firecracker = FindInPath("firecracker");
+  auto qemu = FindInPath("qemu-system-x86_64");
+  report.checks.push_back({"/dev/kvm", kvm.usable, false,
+                           kvm.detail + (kvm.usable ? "" : "; without KVM only qemu's much slower software emulation can run")});
+  report.checks.push_back({"firecracker (needs /dev/kvm)", firecracker.has_value() && kvm.usable, false,
+                           firecracker ? *firecracker + (kvm.usable ? "" : ", but /dev/kvm is not usable")
+                                       : "not found in PATH: install it from "
+                                         "https://github.com/firecracker-microvm/firecracker/releases"});
+  report.checks.push_back({"qemu-system-x86_64", qemu.has_value(), false,
+                           qemu ? *qemu + (kvm.usable ? " (with KVM)" : " (software emulation)")
+                                : "not found in PATH: apt-get install qemu-system-x86"});
+  const bool vmm = (firecracker && kvm.usable) || qemu;
+  report.checks.push_back({"a VMM", vmm, true,
+                           vmm ? (firecracker && kvm.usable ? "firecracker" : "qemu")
+                               : "neither firecracker with /dev/kvm nor qemu-system-x86_64 is here"});
+  struct stat info;
+  const bool vsock = stat("/dev/vhost-vsock", &info) == 0;
+  report.checks.push_back({"/dev/vhost-vsock", vsock, false,
+                           vsock ? "present (the agent can listen on vsock)"
+                                 : "missing (modprobe vhost_vsock); the agent can use a "
+                                   "virtio-serial port instead"});
+  return report;
+}
+
+nlohmann::ordered_json ReportJson(const std::vector<BackendReport>& reports) {
+  nlohmann::ordered_json backends = nlohmann::ordered_json::array();
+  nlohmann::ordered_json available = nlohmann::ordered_json::array();
+  for (const BackendReport& report : reports) {
+    nlohmann::ordered_json checks = nlohmann::ordered_json::array();
+    for (const Check& check : report.checks)
+      checks.push_back({{"name", check.name},
+                        {"ok", check.ok},
+                        {"required", check.required},
+                        {"detail", check.detail}});
+    nlohmann::ordered_json entry = {{"backend", report.name},
+                                    {"isolation", ToString(report.isolation)},
+                                    {"available", report.available()}};
+    entry["reason"] = report.available() ? nlohmann::ordered_json(nullptr)
+                                         : nlohmann::ordered_json(report.reason());
+    entry["checks"] = std::move(checks);
+    backends.push_back(std::move(entry));
+    if (report.available()) available.push_back(report.name);
+  }
+  return {{"backends", std::move(backends)}, {"available", std::move(available)}};
+}
+
+void PrintText(const std::vector<BackendReport>& reports) {
+  for (const BackendReport& report : reports) {
+    std::string head = report.name + " (isolation " + std::string(ToString(report.isolation)) + "): ";
+    if (report.available())
+      head += report.name == "namespace" ? "available (the default backend)" : "available";
+    else
+      head += "unavailable";
+    Print(head + "\n");
+    for (const Check& check : report.checks)
+      Print(std::string("  ") + (check.ok ? "ok  " : "no  ") + check.name +
+            (check.required ? "" : " (optional)") + ": " + check.detail + "\n");
+  }
+}
+
+constexpr std::string_view kDoctorUsage = R"(usage: sandbox doctor [--json]
+
+Says, for every backend, whether it can run on this machine, the isolation it
+gives, and for each piece it needs what was found or why not and what to
+install or change. Exits 0 when at least one backend can run here, 1 when
+none can.
+
+  --json   print one JSON object:
+           {"backends":[{"backend":"local","isolation":"none","available":true,
+             "reason":null,"checks":[{"name":...,"ok":true,"required":true,
+             "detail":...}]},...],"available":["local",...]}
+)";
 
 }  // namespace
 
 int DoctorCommand(std::span<const std::string> args) {
-  if (RejectArguments("doctor", args)) return kExitSandboxFailed;
-  if (!args.empty()) {
-    Print("usage: sandbox doctor\n\nSays which backends can run on this machine and, for "
-          "each, what it needs and what was found.\n");
-    return 0;
+  bool json = false;
+  for (const std::string& arg : args) {
+    if (arg == "-h" || arg == "--help") {
+      Print(kDoctorUsage);
+      return 0;
+    }
+    if (arg != "--json") {
+      PrintError("doctor takes only --json (got '" + arg + "')");
+      return kExitSandboxFailed;
+    }
+    json = true;
   }
-
-  // local: the path fence needs openat2; process trees need a cgroup or a
-  // PID namespace.
-  auto tree = os::ChooseTreeSource();
-  Print(std::string("local (isolation none): ") + (tree ? "available" : "unavailable") + "\n");
-  if (tree) {
-    Line(true, "process-tree containment",
-         tree->containment == os::Containment::kCgroup
-             ? "a cgroup v2 per command under " + tree->cgroups->path()
-             : "a PID namespace per command (no writable cgroup v2 here)");
-  } else {
-    Line(false, "process-tree containment", tree.error().message());
-  }
-  Line(false, "--memory/--pids/--cpus limits (optional)",
-       "host subprocesses get no resource limits; asking for one is an error");
-
-  std::vector<NamespaceCheck> checks = ProbeNamespaceBackend();
-  bool namespace_ok = true;
-  for (const NamespaceCheck& check : checks)
-    if (check.required && !check.ok) namespace_ok = false;
-  Print(std::string("namespace (isolation process): ") +
-        (namespace_ok ? "available (the default backend)" : "unavailable") + "\n");
-  for (const NamespaceCheck& check : checks)
-    Line(check.ok, check.name + (check.required ? "" : " (optional)"), check.detail);
-
-  std::string docker_reason = DockerUnavailableReason();
-  Print(std::string("docker (isolation process): ") +
-        (docker_reason.empty() ? "available" : "unavailable") + "\n");
-  Line(docker_reason.empty(), "Docker Engine (API >= 1.41) at DOCKER_HOST or /var/run/docker.sock",
-       docker_reason.empty() ? "answers; run `sandbox image build` once for the default image"
-                             : docker_reason);
-  std::string gvisor_reason = docker_reason.empty() ? DockerUnavailableReason("runsc") : docker_reason;
-  Print(std::string("gvisor (isolation kernel): ") +
-        (gvisor_reason.empty() ? "available" : "unavailable") + "\n");
-  Line(gvisor_reason.empty(), "runsc registered as a Docker runtime",
-       gvisor_reason.empty() ? "runtime runsc (the kernel inside is checked on every start)"
-                             : gvisor_reason);
-  Print("microvm (isolation vm): not in this build yet\n");
-  return namespace_ok ? 0 : 1;
+  const EngineProbe engine = ProbeEngine();
+  const std::vector<BackendReport> reports = {LocalReport(), NamespaceReport(), DockerReport(engine),
+                                              GvisorReport(engine), MicrovmReport()};
+  if (json)
+    Print(sandbox::json::Dump(ReportJson(reports)) + "\n");
+  else
+    PrintText(reports);
+  for (const BackendReport& report : reports)
+    if (report.available()) return 0;
+  return 1;
 }
 
 int GcCommand(std::span<const std::string> args) {
-  if (RejectArguments("gc", args)) return kExitSandboxFailed;
+  if (!args.empty() && args.front() != "-h" && args.front() != "--help") {
+    PrintError("gc takes no arguments (got '" + args.front() + "')");
+    return kExitSandboxFailed;
+  }
   if (!args.empty()) {
     Print("usage: sandbox gc\n\nRemoves what sandboxes of crashed processes left behind "
           "(their cgroups).\n");

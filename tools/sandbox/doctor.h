@@ -8,9 +8,11 @@
 
 namespace sandbox::cli {
 
-// Prints one block per backend: whether it can run here and, for each piece
-// it needs (kernel features, limits), what was found or why not. Exits 0 when
-// the default backend (namespace) can run, 1 when not, 125 on bad usage.
+// Prints one block per backend (local, namespace, docker, gvisor, microvm):
+// whether it can run here, its isolation and, for each piece it needs
+// (kernel features, limits, the Docker Engine, runsc, /dev/kvm, a VMM), what
+// was found or why not and what to do. `--json` prints one object instead.
+// Exits 0 when at least one backend can run, 1 when none, 125 on bad usage.
 int DoctorCommand(std::span<const std::string> args);
 
 // Removes leftovers of boundaries whose host process died (their cgroups),

@@ -279,6 +279,9 @@ const OptionSpec* FindOption(std::string_view name) {
   return nullptr;
 }
 
+// ParseRunFlags, and with `takes_program` false ParseServeFlags.
+Expected<RunFlags> ParseFlags(std::span<const std::string> args, bool takes_program);
+
 }  // namespace
 
 Expected<std::chrono::nanoseconds> ParseDuration(std::string_view text) {
@@ -341,11 +344,23 @@ Expected<std::uint64_t> ParseSize(std::string_view text) {
 }
 
 Expected<RunFlags> ParseRunFlags(std::span<const std::string> args) {
+  return ParseFlags(args, /*takes_program=*/true);
+}
+
+Expected<RunFlags> ParseServeFlags(std::span<const std::string> args) {
+  return ParseFlags(args, /*takes_program=*/false);
+}
+
+namespace {
+
+Expected<RunFlags> ParseFlags(std::span<const std::string> args, bool takes_program) {
   RunFlags flags;
   bool have_program = false;
   std::size_t i = 0;
   for (; i < args.size(); ++i) {
     std::string_view arg = args[i];
+    if (!takes_program && (arg == "--" || arg.size() < 2 || arg.front() != '-'))
+      return Invalid("unexpected argument " + Quote(arg) + ": this command takes options only");
     if (arg == "--") {
       if (i + 1 >= args.size() && !flags.help)
         return Invalid(
@@ -388,11 +403,13 @@ Expected<RunFlags> ParseRunFlags(std::span<const std::string> args) {
   if (have_program) {
     flags.program = args[i];
     flags.args.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
-  } else if (!flags.help) {
+  } else if (!flags.help && takes_program) {
     return Invalid("missing PROGRAM: usage: sandbox run [OPTIONS] -- PROGRAM [ARGS...]");
   }
   return flags;
 }
+
+}  // namespace
 
 std::string_view RunUsage() {
   return R"(usage: sandbox run [OPTIONS] -- PROGRAM [ARGS...]

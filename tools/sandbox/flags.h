@@ -64,6 +64,12 @@ struct RunFlags {
 // value, or a missing program (unless --help was given).
 Expected<RunFlags> ParseRunFlags(std::span<const std::string> args);
 
+// Parses the options of a command that serves a sandbox rather than running
+// one program (`sandbox mcp`): the same options as ParseRunFlags, so every
+// option `sandbox run` learns reaches it too, but no PROGRAM; an argument
+// that is not an option fails with InvalidArgument. `program` stays empty.
+Expected<RunFlags> ParseServeFlags(std::span<const std::string> args);
+
 // The usage text of `sandbox run`, ending with a newline.
 std::string_view RunUsage();
 

@@ -9,6 +9,7 @@
 
 #include "doctor.h"
 #include "image.h"
+#include "mcp.h"
 #include "run.h"
 
 // SANDBOX_VERSION comes from the build (the project's version in CMake).
@@ -28,7 +29,7 @@ commands:
             (sandbox image build [--rootfs DIR] [--tag NAME]), or the
             microvm guest image (sandbox image build --vm)
   version   print the version
-  mcp       not available in this build yet
+  mcp       serve a sandbox to an MCP client over stdio (see sandbox mcp --help)
 
 options:
   -h, --help   print this help and exit
@@ -68,8 +69,7 @@ int main(int argc, char** argv) {
     return sandbox::cli::ImageCommand(std::span<const std::string>(args).subspan(1));
   }
   if (command == "mcp") {
-    sandbox::cli::WriteAll(STDERR_FILENO, "sandbox " + command + ": not available in this build yet\n");
-    return sandbox::cli::kExitSandboxFailed;
+    return sandbox::cli::McpCommand(std::span<const std::string>(args).subspan(1));
   }
   sandbox::cli::WriteAll(STDERR_FILENO, "sandbox: unknown command '" + command + "'\n\n");
   sandbox::cli::WriteAll(STDERR_FILENO, kUsage);

@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -21,7 +20,9 @@
 
 #include "flags.h"
 #include "gate.h"
+#include "json/result_json.h"
 #include "select.h"
+#include "signal_watcher.h"
 #include "sandbox/context.h"
 #include "sandbox/docker.h"
 #include "sandbox/error.h"
@@ -35,62 +36,6 @@ namespace {
 
 // The most standard input `sandbox run` buffers for the command.
 constexpr std::size_t kMaxStdinBytes = std::size_t{256} << 20;
-
-sigset_t TerminationSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  return set;
-}
-
-// Waits for SIGINT/SIGTERM/SIGHUP on a dedicated thread (the signals are
-// blocked in every thread, see BlockTerminationSignals). While standard input
-// is being read a signal ends the CLI at once (nothing has been started yet);
-// after that, the first signal cancels through the stop token, so a running
-// command's whole tree is killed by the backend, and a second one ends the CLI
-// at once. Destruction stops and joins the thread.
-class SignalWatcher {
- public:
-  SignalWatcher() : thread_([this] { Loop(); }) {}
-  SignalWatcher(const SignalWatcher&) = delete;
-  SignalWatcher& operator=(const SignalWatcher&) = delete;
-  ~SignalWatcher() {
-    shutting_down_.store(true);
-    // A thread-directed signal wakes the sigwait; the flag makes it return.
-    pthread_kill(thread_.native_handle(), SIGTERM);
-    thread_.join();
-  }
-
-  std::stop_token token() const { return stop_.get_token(); }
-
-  // From now on a signal cancels through the stop token instead of exiting.
-  void CancelFromNowOn() { cancellable_.store(true); }
-
-  // The first signal received, or 0.
-  int received() const { return received_.load(); }
-
- private:
-  void Loop() {
-    const sigset_t set = TerminationSignals();
-    while (true) {
-      int signal_number = 0;
-      if (sigwait(&set, &signal_number) != 0) continue;
-      if (shutting_down_.load()) return;
-      int expected = 0;
-      if (!received_.compare_exchange_strong(expected, signal_number)) _exit(128 + expected);
-      if (!cancellable_.load()) _exit(128 + signal_number);
-      stop_.request_stop();
-    }
-  }
-
-  std::stop_source stop_;
-  std::atomic<int> received_{0};
-  std::atomic<bool> cancellable_{false};
-  std::atomic<bool> shutting_down_{false};
-  std::thread thread_;  // last: starts after the members it uses exist
-};
 
 // The CLI's standard input, read to its end unless it is a terminal (then the
 // command gets none). A closed fd 0 counts as empty.
@@ -208,21 +153,7 @@ Expected<std::unique_ptr<Sandbox>> MakeSandbox(const RunFlags& flags, const std:
 }
 
 std::string ResultJson(const Result& result, const Capabilities& caps) {
-  nlohmann::ordered_json object;
-  object["exit_code"] = result.exit_code;
-  object["stdout"] = result.stdout_data;
-  object["stderr"] = result.stderr_data;
-  object["duration_ms"] = static_cast<double>(result.duration.count()) / 1e6;
-  object["timed_out"] = result.timed_out;
-  object["stdout_truncated"] = result.stdout_truncated;
-  object["stderr_truncated"] = result.stderr_truncated;
-  object["signal"] = result.signal ? nlohmann::ordered_json(*result.signal) : nullptr;
-  object["isolation"] = ToString(caps.isolation);
-  object["backend"] = caps.backend;
-  object["stdout_dropped"] = result.stdout_dropped;
-  object["stderr_dropped"] = result.stderr_dropped;
-  // Invalid UTF-8 in the captured streams becomes U+FFFD instead of throwing.
-  return object.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  return json::Dump(json::ResultObject(result, caps)) + "\n";
 }
 
 void WriteResult(const Result& result, const Capabilities& caps, bool json) {
@@ -247,6 +178,37 @@ int ExitStatusOf(const Result& result) {
 }
 
 }  // namespace
+
+Expected<std::unique_ptr<Sandbox>> OpenSandbox(const RunFlags& flags, const GateSetup& gate) {
+  auto backend = SelectBackend(flags);
+  if (!backend) return Fail(backend.error());
+  std::string workspace;
+  if (flags.workspace) {
+    workspace = *flags.workspace;
+  } else {
+    std::error_code error;
+    workspace = std::filesystem::current_path(error).string();
+    if (error)
+      return Fail(Error::Code::InvalidArgument, "cannot determine the current directory (" +
+                                                    error.message() + "); pass --workspace DIR");
+  }
+  auto made = MakeSandbox(flags, *backend, workspace);
+  if (!made) {
+    if (flags.backend || *backend != "namespace") return Fail(made.error());
+    // namespace was chosen for the user: say what to do instead.
+    return Fail(made.error().code(),
+                "the namespace backend" +
+                    std::string(flags.isolation ? " (needed for --isolation " +
+                                                      std::string(ToString(*flags.isolation)) + ")"
+                                                : " (the default)") +
+                    " cannot run here: " + made.error().message() +
+                    ". Run `sandbox doctor` for details" +
+                    (flags.isolation ? "" : "; to run trusted code without isolation, ask for "
+                                            "it with --backend local"));
+  }
+  SANDBOX_RETURN_IF_ERROR(Require(**made, flags.isolation.value_or(Isolation::None)));
+  return ApplyGate(gate, std::move(*made));
+}
 
 bool WriteAll(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -305,45 +267,12 @@ int RunCommand(std::span<const std::string> args) {
   }
   signals.CancelFromNowOn();
 
-  std::string workspace;
-  if (flags->workspace) {
-    workspace = *flags->workspace;
-  } else {
-    std::error_code error;
-    workspace = std::filesystem::current_path(error).string();
-    if (error) {
-      PrintError("cannot determine the current directory (" + error.message() +
-                 "); pass --workspace DIR");
-      return kExitSandboxFailed;
-    }
-  }
-  auto made = MakeSandbox(*flags, *backend, workspace);
-  if (!made) {
-    std::string message = made.error().message();
-    if (!flags->backend && *backend == "namespace") {
-      // namespace was chosen for the user: say what to do instead.
-      message = "the " + *backend + " backend" +
-                std::string(flags->isolation ? " (needed for --isolation " +
-                                                    std::string(ToString(*flags->isolation)) + ")"
-                                             : " (the default)") +
-                " cannot run here: " + message +
-                ". Run `sandbox doctor` for details" +
-                (flags->isolation ? "" : "; to run trusted code without isolation, ask for "
-                                         "it with --backend local");
-    }
-    PrintError(message);
+  auto opened = OpenSandbox(*flags, *gate);
+  if (!opened) {
+    PrintError(opened.error().message());
     return kExitSandboxFailed;
   }
-  if (auto required = Require(**made, flags->isolation.value_or(Isolation::None)); !required) {
-    PrintError(required.error().message());
-    return kExitSandboxFailed;
-  }
-  auto gated = ApplyGate(*gate, std::move(*made));
-  if (!gated) {
-    PrintError(gated.error().message());
-    return kExitSandboxFailed;
-  }
-  std::unique_ptr<Sandbox> sandbox = std::move(*gated);
+  std::unique_ptr<Sandbox> sandbox = std::move(*opened);
   const Capabilities caps = sandbox->GetCapabilities();
 
   Command command{

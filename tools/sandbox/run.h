@@ -2,9 +2,14 @@
 #ifndef SANDBOX_TOOLS_SANDBOX_RUN_H_
 #define SANDBOX_TOOLS_SANDBOX_RUN_H_
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+
+#include "flags.h"
+#include "gate.h"
+#include "sandbox/sandbox.h"
 
 namespace sandbox::cli {
 
@@ -23,6 +28,14 @@ void PrintError(std::string_view message);
 // first, before any thread exists, so every thread inherits the mask and only
 // RunCommand's signal thread ever receives them (with sigwait).
 void BlockTerminationSignals();
+
+// Opens the sandbox the flags ask for (DESIGN.md section 7): the backend
+// named, else the fastest giving --isolation, else namespace; rooted at
+// --workspace or the current directory; checked against --isolation. Shared
+// by `sandbox run` and `sandbox mcp`; wrapped in the review gate `gate`
+// (PrepareGate, which refuses a bad policy before any sandbox starts). The
+// message of a failure says what to do next.
+Expected<std::unique_ptr<Sandbox>> OpenSandbox(const RunFlags& flags, const GateSetup& gate);
 
 // Runs `sandbox run` with the arguments that follow "run" and returns the
 // process exit status. Writes the command's output (or one JSON object) to
