@@ -36,7 +36,8 @@ Expected<std::unique_ptr<Sandbox>> NewLoopbackRemote(const std::string& workspac
   };
   auto agent = std::make_shared<Agent>();
   agent->sandbox = std::move(*inner);
-  agent->thread = std::thread([raw = agent.get(), fd = fds[1]] { (void)Serve(*raw->sandbox, fd, -1); });
+  agent->thread =
+      std::thread([raw = agent.get(), fd = fds[1]] { (void)Serve(*raw->sandbox, fd, -1); });
   RemoteOptions options;
   options.read_fd = fds[0];
   options.on_close = [agent]() -> Status {
@@ -62,12 +63,14 @@ Expected<std::unique_ptr<Sandbox>> NewContainerSandbox(const std::string& worksp
 }  // namespace
 
 Expected<VmImage> TestVmImage() {
-  // Built once per test process from this build's agent; the kernel comes
+  // Built once per test process from the static agent (ContainerAgentPath:
+  // a sanitizer build's agent is dynamic, and the guest has no such
+  // libraries before /usr is mounted); the kernel comes
   // from the cache ($SANDBOX_VM_CACHE, else ~/.cache/sandbox/vm), which
   // .ci/run fills.
   static const Expected<VmImage> image = [] {
     VmImageOptions options;
-    options.agent_path = SANDBOX_AGENT_PATH;
+    options.agent_path = ContainerAgentPath();
     return BuildVmImage(options);
   }();
   return image;

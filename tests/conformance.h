@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "backends.h"
 #include "sandbox/sandbox.h"
@@ -44,6 +47,31 @@ class ConformanceTest : public ::testing::TestWithParam<std::string> {
 
   Sandbox& sb() { return *sandbox_; }
 
+  // Processes with an argument exactly `marker`, counted *inside* the sandbox
+  // (its /proc), so that it sees what a backend runs where the host cannot
+  // (a gVisor sentry, a VM guest). The counting shell builds the marker from
+  // two halves, so no process of the count itself carries it. -1 on error.
+  int CountInside(const std::string& marker) {
+    std::size_t half = marker.size() / 2;
+    Result count = Sh("a='" + marker.substr(0, half) + "'; b='" + marker.substr(half) +
+                      "'; m=$a$b; n=0; for d in /proc/[0-9]*; do "
+                      "tr '\\0' '\\n' < $d/cmdline 2>/dev/null | "
+                      "{ f=0; while read -r w; do [ \"$w\" = \"$m\" ] && f=1; done; exit $f; }; "
+                      "[ $? = 1 ] && n=$((n+1)); done; echo $n");
+    if (count.exit_code != 0 || count.stdout_data.empty()) return -1;
+    return std::atoi(count.stdout_data.c_str());
+  }
+
+  // Polls CountInside until it is 0 or `timeout_ms` pass; returns the last count.
+  int WaitForNoneInside(const std::string& marker, int timeout_ms) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      int n = CountInside(marker);
+      if (n == 0 || std::chrono::steady_clock::now() >= until) return n;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
   std::unique_ptr<TempDir> workspace_;
   std::unique_ptr<Sandbox> sandbox_;
 };
@@ -51,8 +79,8 @@ class ConformanceTest : public ::testing::TestWithParam<std::string> {
 }  // namespace sandbox::testing
 
 // Instantiates a conformance test suite over every backend.
-#define SANDBOX_INSTANTIATE_CONFORMANCE(suite)                                        \
-  INSTANTIATE_TEST_SUITE_P(AllBackends, suite,                                        \
+#define SANDBOX_INSTANTIATE_CONFORMANCE(suite)                                         \
+  INSTANTIATE_TEST_SUITE_P(AllBackends, suite,                                         \
                            ::testing::ValuesIn(::sandbox::testing::AllBackendNames()), \
                            [](const auto& param_info) { return param_info.param; })
 

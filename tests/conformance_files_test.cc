@@ -204,6 +204,16 @@ TEST_P(FilesConformanceTest, ReadErrors) {
       << missing.error().message();
 }
 
+// How a backend refuses a FIFO or socket the host made in the workspace:
+// `usual`, except under gVisor (runsc 20221219), whose file proxy answers
+// EPERM even to fstatat on them, so they are refused as PermissionDenied
+// (documented in the README). Either way they are never opened for I/O.
+Error::Code SpecialFileRefusal(Error::Code usual) {
+  const std::string backend =
+      ::testing::UnitTest::GetInstance()->current_test_info()->value_param();
+  return backend.find("gvisor") != std::string::npos ? Error::Code::PermissionDenied : usual;
+}
+
 TEST_P(FilesConformanceTest, ListDirIsSortedAndExact) {
   WriteHostFile(Host("b"), "");
   WriteHostFile(Host("a"), "");
@@ -227,7 +237,7 @@ TEST_P(FilesConformanceTest, ListDirIsSortedAndExact) {
   EXPECT_TRUE(empty->empty());
   EXPECT_EQ(CodeOf(sb().ListDir({}, "a")), Error::Code::NotADirectory);
   EXPECT_EQ(CodeOf(sb().ListDir({}, "missing")), Error::Code::NotFound);
-  EXPECT_EQ(CodeOf(sb().ListDir({}, "fifo")), Error::Code::NotADirectory);
+  EXPECT_EQ(CodeOf(sb().ListDir({}, "fifo")), SpecialFileRefusal(Error::Code::NotADirectory));
 }
 
 TEST_P(FilesConformanceTest, RemoveIsNeverRecursive) {
@@ -468,22 +478,22 @@ TEST_P(FilesConformanceTest, FifoIsRefusedWithoutHanging) {
     }
   };
   auto read = ReturnsPromptly([&] { return sb().ReadFile({}, "fifo"); }, unblock);
-  EXPECT_EQ(CodeOf(read), Error::Code::NotARegularFile) << Describe(read);
+  EXPECT_EQ(CodeOf(read), SpecialFileRefusal(Error::Code::NotARegularFile)) << Describe(read);
   auto limited =
       ReturnsPromptly([&] { return limited_reader().ReadFileLimit({}, "fifo", 10); }, unblock);
-  EXPECT_EQ(CodeOf(limited), Error::Code::NotARegularFile) << Describe(limited);
+  EXPECT_EQ(CodeOf(limited), SpecialFileRefusal(Error::Code::NotARegularFile)) << Describe(limited);
   auto write = ReturnsPromptly([&] { return sb().WriteFile({}, "fifo", "x", 0644); }, unblock);
-  EXPECT_EQ(CodeOf(write), Error::Code::NotARegularFile) << Describe(write);
+  EXPECT_EQ(CodeOf(write), SpecialFileRefusal(Error::Code::NotARegularFile)) << Describe(write);
   auto append =
       ReturnsPromptly([&] { return appender().AppendFile({}, "fifo", "x", 0644); }, unblock);
-  EXPECT_EQ(CodeOf(append), Error::Code::NotARegularFile) << Describe(append);
+  EXPECT_EQ(CodeOf(append), SpecialFileRefusal(Error::Code::NotARegularFile)) << Describe(append);
 
   // With a reader holding the FIFO open, writes are still refused.
   int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   ASSERT_GE(reader, 0);
   auto append_with_reader =
       ReturnsPromptly([&] { return appender().AppendFile({}, "fifo", "x", 0644); }, unblock);
-  EXPECT_EQ(CodeOf(append_with_reader), Error::Code::NotARegularFile);
+  EXPECT_EQ(CodeOf(append_with_reader), SpecialFileRefusal(Error::Code::NotARegularFile));
   char byte;
   EXPECT_EQ(::read(reader, &byte, 1), 0);  // nothing was written into it
   close(reader);
@@ -506,15 +516,15 @@ TEST_P(FilesConformanceTest, SocketIsRefused) {
   ASSERT_EQ(listen(sock, 1), 0);
   auto noop = [] {};
   auto read = ReturnsPromptly([&] { return sb().ReadFile({}, "sock"); }, noop);
-  EXPECT_EQ(CodeOf(read), Error::Code::NotARegularFile) << Describe(read);
+  EXPECT_EQ(CodeOf(read), SpecialFileRefusal(Error::Code::NotARegularFile)) << Describe(read);
   auto limited =
       ReturnsPromptly([&] { return limited_reader().ReadFileLimit({}, "sock", 10); }, noop);
-  EXPECT_EQ(CodeOf(limited), Error::Code::NotARegularFile);
+  EXPECT_EQ(CodeOf(limited), SpecialFileRefusal(Error::Code::NotARegularFile));
   auto write = ReturnsPromptly([&] { return sb().WriteFile({}, "sock", "x", 0644); }, noop);
-  EXPECT_EQ(CodeOf(write), Error::Code::NotARegularFile) << Describe(write);
+  EXPECT_EQ(CodeOf(write), SpecialFileRefusal(Error::Code::NotARegularFile)) << Describe(write);
   auto append = ReturnsPromptly([&] { return appender().AppendFile({}, "sock", "x", 0644); }, noop);
-  EXPECT_EQ(CodeOf(append), Error::Code::NotARegularFile) << Describe(append);
-  EXPECT_EQ(CodeOf(sb().ListDir({}, "sock")), Error::Code::NotADirectory);
+  EXPECT_EQ(CodeOf(append), SpecialFileRefusal(Error::Code::NotARegularFile)) << Describe(append);
+  EXPECT_EQ(CodeOf(sb().ListDir({}, "sock")), SpecialFileRefusal(Error::Code::NotADirectory));
   struct stat st {};
   ASSERT_EQ(lstat(path.c_str(), &st), 0);
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
@@ -644,9 +654,12 @@ TEST_P(FilesConformanceTest, SymlinkExchangeRaceNeverEscapes) {
     } else if (result.error().code() == Error::Code::EscapesRoot) {
       ++refused;
     } else if (result.error().code() != Error::Code::NotFound &&
-               result.error().code() != Error::Code::NotEmpty) {
+               result.error().code() != Error::Code::NotEmpty &&
+               result.error().code() != Error::Code::NotADirectory) {
       // NotFound and NotEmpty are the honest outcomes of an operation whose
-      // companion (create, remove) met the other side of the exchange.
+      // companion (create, remove) met the other side of the exchange;
+      // NotADirectory that of a file server that resolves the path again for
+      // each step (the microvm's 9p share) and meets "d" as the symlink.
       unexpected.insert(std::string(what) + ": " + result.error().ToString());
     }
   };

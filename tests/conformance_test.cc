@@ -155,7 +155,8 @@ TEST_P(ConformanceTest, ContextCancellationKillsTheTree) {
 
 TEST_P(ConformanceTest, ContextDeadlineBoundsTheRun) {
   auto start = Clock::now();
-  auto result = sb().Exec(Context::WithTimeout(milliseconds(300)), Command{.path = "sleep", .args = {"20"}});
+  auto result =
+      sb().Exec(Context::WithTimeout(milliseconds(300)), Command{.path = "sleep", .args = {"20"}});
   ASSERT_TRUE(result);
   EXPECT_TRUE(result->timed_out);
   EXPECT_LT(Clock::now() - start, seconds(5));
@@ -226,8 +227,8 @@ TEST_P(ConformanceTest, EnvironmentIsAnAllowListPlusTheCallersEntries) {
   EXPECT_NE(result->stdout_data.find("\nFOO=bar\n"), std::string::npos) << result->stdout_data;
   EXPECT_NE(result->stdout_data.find("EMPTY=\n"), std::string::npos);
   EXPECT_NE(result->stdout_data.find("PATH="), std::string::npos);
-  auto override_path = (*made)->Exec({}, Command{.path = "/bin/sh", .args = {"-c", "echo $PATH"},
-                                                 .env = {"PATH=/bin:/usr/bin"}});
+  auto override_path = (*made)->Exec(
+      {}, Command{.path = "/bin/sh", .args = {"-c", "echo $PATH"}, .env = {"PATH=/bin:/usr/bin"}});
   ASSERT_TRUE(override_path);
   EXPECT_EQ(override_path->stdout_data, "/bin:/usr/bin\n");
   (void)(*made)->Close();
@@ -258,9 +259,9 @@ TEST_P(ConformanceTest, BackgroundChildHoldingStdoutDoesNotDelayTheReturn) {
 TEST_P(ConformanceTest, SetsidAndDoubleForkedDescendantsAreKilled) {
   std::string marker = UniqueMarker();
   auto start = Clock::now();
-  Result result = Sh("setsid sleep " + marker + " & (sleep " + marker +
-                     " >/dev/null 2>&1 </dev/null &) ; nohup sleep " + marker +
-                     " >/dev/null 2>&1 & echo hi");
+  Result result =
+      Sh("setsid sleep " + marker + " & (sleep " + marker +
+         " >/dev/null 2>&1 </dev/null &) ; nohup sleep " + marker + " >/dev/null 2>&1 & echo hi");
   EXPECT_EQ(result.stdout_data, "hi\n");
   EXPECT_LT(Clock::now() - start, milliseconds(1500));
   EXPECT_EQ(WaitForNoProcessesWithArg(marker, 2000), 0);
@@ -291,8 +292,16 @@ TEST_P(ConformanceTest, ForkBombUnderATimeoutLeavesNothingBehind) {
                        "bomb", marker},
               .timeout = milliseconds(1000)};
   auto result = sb().Exec({}, cmd);
-  ASSERT_TRUE(result) << result.error().ToString();
-  EXPECT_TRUE(result->timed_out);
+  if (GetParam() == "gvisor" && !result) {
+    // On gVisor's ptrace platform the container's pids limit also bounds the
+    // sentry's own tasks: a bomb that reaches it ends the whole sandbox
+    // (documented in the README). Bounded, and nothing is left behind.
+    EXPECT_EQ(result.error().code(), Error::Code::Unavailable) << result.error().ToString();
+  } else {
+    ASSERT_TRUE(result) << result.error().ToString();
+    EXPECT_TRUE(result->timed_out);
+    EXPECT_EQ(WaitForNoneInside(marker, 5000), 0);
+  }
   EXPECT_EQ(WaitForNoProcessesWithArg(marker, 5000), 0);
 }
 
@@ -381,7 +390,8 @@ TEST_P(SessionTest, CdExportAndFunctionsPersist) {
   EXPECT_EQ(Eval("shout() { echo \"fn:$1\"; }").exit_code, 0);
   EXPECT_EQ(Run({.path = "shout", .args = {"a b"}}).stdout_data, "fn:a b\n");
   EXPECT_TRUE(Run({.path = "pwd"}).stdout_data.ends_with("/sub\n"));
-  EXPECT_EQ(Run({.path = "/bin/sh", .args = {"-c", "echo $GREETING"}}).stdout_data, "hello there\n");
+  EXPECT_EQ(Run({.path = "/bin/sh", .args = {"-c", "echo $GREETING"}}).stdout_data,
+            "hello there\n");
   EXPECT_EQ(Eval("LOCALVAR=42").exit_code, 0);
   EXPECT_EQ(Eval("echo $LOCALVAR").stdout_data, "42\n");
 }
@@ -435,8 +445,9 @@ TEST_P(SessionTest, BackgroundJobsPersistUntilClose) {
   EXPECT_EQ(Eval("sleep " + marker + " & echo $! > bg.pid").exit_code, 0);
   Result alive = Eval("kill -0 $(cat bg.pid) && echo alive");
   EXPECT_EQ(alive.stdout_data, "alive\n");
-  EXPECT_EQ(CountProcessesWithArg(marker), 1);
+  EXPECT_EQ(CountInside(marker), 1);
   ASSERT_TRUE(session_->Close());
+  EXPECT_EQ(WaitForNoneInside(marker, 2000), 0);
   EXPECT_EQ(WaitForNoProcessesWithArg(marker, 2000), 0);
   auto after = session_->Exec({}, Command{.path = "true"});
   ASSERT_FALSE(after);
@@ -445,7 +456,8 @@ TEST_P(SessionTest, BackgroundJobsPersistUntilClose) {
 
 TEST_P(SessionTest, ATimedOutCallKillsTheSessionAndSaysSo) {
   std::string marker = UniqueMarker();
-  Command cmd{.path = "eval", .args = {"echo partial; sleep " + marker}, .timeout = milliseconds(300)};
+  Command cmd{
+      .path = "eval", .args = {"echo partial; sleep " + marker}, .timeout = milliseconds(300)};
   auto result = session_->Exec({}, cmd);
   ASSERT_TRUE(result);
   EXPECT_TRUE(result->timed_out);
@@ -555,15 +567,16 @@ TEST_P(ProcessTest, KillIsIdempotentAndKillsTheTree) {
   std::string marker = UniqueMarker();
   auto process = Start(ShCmd("setsid sleep " + marker + " & sleep " + marker));
   ASSERT_NE(process, nullptr);
-  for (int i = 0; i < 100 && CountProcessesWithArg(marker) < 2; ++i)
+  for (int i = 0; i < 100 && CountInside(marker) < 2; ++i)
     std::this_thread::sleep_for(milliseconds(10));
-  EXPECT_EQ(CountProcessesWithArg(marker), 2);
+  EXPECT_EQ(CountInside(marker), 2);
   EXPECT_TRUE(process->Kill());
   EXPECT_TRUE(process->Kill());
   auto status = process->Wait();
   ASSERT_TRUE(status);
   EXPECT_EQ(status->signal, SIGKILL);
   EXPECT_EQ(status->exit_code, 128 + SIGKILL);
+  EXPECT_EQ(WaitForNoneInside(marker, 2000), 0);
   EXPECT_EQ(WaitForNoProcessesWithArg(marker, 2000), 0);
   EXPECT_TRUE(process->Kill());
 }

@@ -3,16 +3,16 @@
 // a panic or power-off during an Exec, an agent sending an oversized frame).
 // The conformance suite runs against it too (backends.cc).
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -120,8 +120,8 @@ TEST_F(MicroVmTest, WorkspaceIsSharedBothWays) {
   WriteHostFile(workspace_.Join("from-host.txt"), "host bytes");
   auto sb = Boot();
   ASSERT_NE(sb, nullptr);
-  auto result = sb->Exec(Context(),
-                         Sh("cat /workspace/from-host.txt; printf guest > /workspace/from-guest.txt; pwd"));
+  auto result = sb->Exec(
+      Context(), Sh("cat /workspace/from-host.txt; printf guest > /workspace/from-guest.txt; pwd"));
   ASSERT_TRUE(result) << result.error().ToString();
   EXPECT_EQ(result->stdout_data, "host bytes/workspace\n");
   EXPECT_EQ(ReadHostFile(workspace_.Join("from-guest.txt")), "guest");
@@ -145,8 +145,8 @@ TEST_F(MicroVmTest, VmmDiesWithTheHostProcess) {
   // The CLI boots a VM and is then SIGKILLed: nothing of it may stay.
   std::string cli = SANDBOX_CLI_PATH;
   if (cli.empty()) GTEST_SKIP() << "built without the CLI";
-  std::vector<std::string> args = {cli, "run", "--backend", "microvm", "--workspace",
-                                   workspace_.path(), "--", "sleep", "600"};
+  std::vector<std::string> args = {
+      cli, "run", "--backend", "microvm", "--workspace", workspace_.path(), "--", "sleep", "600"};
   std::vector<char*> argv;
   for (auto& arg : args) argv.push_back(arg.data());
   argv.push_back(nullptr);
@@ -211,13 +211,12 @@ TEST_F(MicroVmTest, ConsoleFloodKeepsHostMemoryBounded) {
 
 // A guest that dies (the kernel panics, or powers off) while an Exec waits.
 void ExpectGuestDeathEndsExec(Sandbox& sb, const std::string& sysrq) {
-  auto waiting = std::async(std::launch::async,
-                            [&sb] { return sb.Exec(Context(), Sh("sleep 600")); });
+  auto waiting =
+      std::async(std::launch::async, [&sb] { return sb.Exec(Context(), Sh("sleep 600")); });
   std::this_thread::sleep_for(500ms);  // the sleep is running
   auto killed_at = Clock::now();
   auto trigger = sb.Exec(Context(), Sh("echo " + sysrq + " > /proc/sysrq-trigger"));
-  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready)
-      << "an Exec outlived its guest by 5 s";
+  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready) << "an Exec outlived its guest by 5 s";
   EXPECT_LT(Clock::now() - killed_at, 5s);
   auto result = waiting.get();
   ASSERT_FALSE(result);
@@ -245,7 +244,10 @@ TEST_F(MicroVmTest, OversizedFrameFromAHostileGuestIsRefused) {
   // The guest's /init sends a frame header announcing 4 GiB, then junk
   // without end: the host must refuse at the header, without buffering.
   VmImageOptions image_options;
-  image_options.agent_path = SANDBOX_HOSTILE_GUEST_PATH;
+  // $SANDBOX_HOSTILE_GUEST: a sanitizer build points it at the normal
+  // build's static guest (its own is dynamic, and /init must be static).
+  const char* hostile = std::getenv("SANDBOX_HOSTILE_GUEST");
+  image_options.agent_path = hostile && *hostile ? hostile : SANDBOX_HOSTILE_GUEST_PATH;
   auto image = BuildVmImage(image_options);
   ASSERT_TRUE(image) << image.error().ToString();
   MicroVmOptions options;

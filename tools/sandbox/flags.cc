@@ -440,8 +440,10 @@ options:
                          (docs/audit-log.md; rotated at 64 MiB, 3 old files kept)
   -h, --help             print this help and exit
 
-This build has only the local backend (isolation none: trusted code only);
-it is the default when neither --backend nor --isolation is given.
+With neither --backend nor --isolation, the namespace backend runs the
+command; where it cannot, sandbox run fails and says why (ask for
+--backend local, no isolation, for trusted code). --isolation picks the
+fastest backend here that gives at least that level, never a weaker one.
 
 The standard input of sandbox run is the command's standard input (read to
 its end first when it is not a terminal; at most 256 MiB).
