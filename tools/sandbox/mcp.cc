@@ -9,11 +9,11 @@
 #include <utility>
 
 #include "flags.h"
+#include "gate.h"
 #include "mcp/server.h"
 #include "mcp/stdio.h"
 #include "os/syscalls.h"
 #include "os/unique_fd.h"
-#include "gate.h"
 #include "run.h"
 #include "signal_watcher.h"
 
@@ -60,6 +60,11 @@ int McpCommand(std::span<const std::string> args) {
     PrintError("--json is an option of sandbox run; sandbox mcp always speaks JSON-RPC");
     return kExitSandboxFailed;
   }
+  auto backend = SelectBackend(*flags);
+  if (!backend) {
+    PrintError(backend.error().message());
+    return kExitSandboxFailed;
+  }
   // Before any sandbox starts: a malformed policy is refused here. `--review
   // ask` asks on the terminal (/dev/tty), never on stdio, which is the
   // protocol's.
@@ -82,7 +87,7 @@ int McpCommand(std::span<const std::string> args) {
   });
   signals.CancelFromNowOn();
 
-  auto opened = OpenSandbox(*flags, *gate);
+  auto opened = OpenSandbox(*flags, *backend, *gate);
   if (!opened) {
     PrintError(opened.error().message());
     return kExitSandboxFailed;

@@ -21,15 +21,15 @@
 #include "flags.h"
 #include "gate.h"
 #include "json/result_json.h"
-#include "select.h"
-#include "signal_watcher.h"
+#include "microvm_cli.h"
 #include "sandbox/context.h"
 #include "sandbox/docker.h"
 #include "sandbox/error.h"
 #include "sandbox/local.h"
 #include "sandbox/namespace.h"
-#include "microvm_cli.h"
 #include "sandbox/sandbox.h"
+#include "select.h"
+#include "signal_watcher.h"
 
 namespace sandbox::cli {
 namespace {
@@ -75,26 +75,6 @@ std::string BackendUnavailable(std::string_view backend) {
   return "the " + std::string(backend) +
          " backend is not available in this build yet (it will need " + needs +
          "); use --backend local for trusted code";
-}
-
-// Picks the backend for the flags (DESIGN.md section 7): the one named, else
-// the fastest that gives the isolation asked for (select.h), else namespace.
-// Running hostile code without isolation is never a silent default: where
-// namespace cannot run, the user must ask for --backend local.
-Expected<std::string> SelectBackend(const RunFlags& flags) {
-  if (flags.backend) {
-    const BackendOption* option = FindBackendOption(*flags.backend);
-    if (option && flags.isolation && option->isolation < *flags.isolation)
-      return Fail(Error::Code::InsufficientIsolation,
-                  "--backend " + *flags.backend + " gives isolation " +
-                      std::string(ToString(option->isolation)) + " but --isolation " +
-                      std::string(ToString(*flags.isolation)) +
-                      " was asked for; drop --backend to pick one that gives it");
-    if (option) return *flags.backend;
-    return Fail(Error::Code::Unsupported, BackendUnavailable(*flags.backend));
-  }
-  if (flags.isolation) return PickBackend(*flags.isolation);
-  return std::string("namespace");
 }
 
 // Refuses what the local backend cannot do: never pretend a limit.
@@ -179,9 +159,28 @@ int ExitStatusOf(const Result& result) {
 
 }  // namespace
 
-Expected<std::unique_ptr<Sandbox>> OpenSandbox(const RunFlags& flags, const GateSetup& gate) {
-  auto backend = SelectBackend(flags);
-  if (!backend) return Fail(backend.error());
+// Picks the backend for the flags (DESIGN.md section 7): the one named, else
+// the fastest that gives the isolation asked for (select.h), else namespace.
+// Running hostile code without isolation is never a silent default: where
+// namespace cannot run, the user must ask for --backend local.
+Expected<std::string> SelectBackend(const RunFlags& flags) {
+  if (flags.backend) {
+    const BackendOption* option = FindBackendOption(*flags.backend);
+    if (option && flags.isolation && option->isolation < *flags.isolation)
+      return Fail(Error::Code::InsufficientIsolation,
+                  "--backend " + *flags.backend + " gives isolation " +
+                      std::string(ToString(option->isolation)) + " but --isolation " +
+                      std::string(ToString(*flags.isolation)) +
+                      " was asked for; drop --backend to pick one that gives it");
+    if (option) return *flags.backend;
+    return Fail(Error::Code::Unsupported, BackendUnavailable(*flags.backend));
+  }
+  if (flags.isolation) return PickBackend(*flags.isolation);
+  return std::string("namespace");
+}
+
+Expected<std::unique_ptr<Sandbox>> OpenSandbox(const RunFlags& flags, const std::string& backend,
+                                               const GateSetup& gate) {
   std::string workspace;
   if (flags.workspace) {
     workspace = *flags.workspace;
@@ -192,9 +191,9 @@ Expected<std::unique_ptr<Sandbox>> OpenSandbox(const RunFlags& flags, const Gate
       return Fail(Error::Code::InvalidArgument, "cannot determine the current directory (" +
                                                     error.message() + "); pass --workspace DIR");
   }
-  auto made = MakeSandbox(flags, *backend, workspace);
+  auto made = MakeSandbox(flags, backend, workspace);
   if (!made) {
-    if (flags.backend || *backend != "namespace") return Fail(made.error());
+    if (flags.backend || backend != "namespace") return Fail(made.error());
     // namespace was chosen for the user: say what to do instead.
     return Fail(made.error().code(),
                 "the namespace backend" +
@@ -203,8 +202,9 @@ Expected<std::unique_ptr<Sandbox>> OpenSandbox(const RunFlags& flags, const Gate
                                                 : " (the default)") +
                     " cannot run here: " + made.error().message() +
                     ". Run `sandbox doctor` for details" +
-                    (flags.isolation ? "" : "; to run trusted code without isolation, ask for "
-                                            "it with --backend local"));
+                    (flags.isolation ? ""
+                                     : "; to run trusted code without isolation, ask for "
+                                       "it with --backend local"));
   }
   SANDBOX_RETURN_IF_ERROR(Require(**made, flags.isolation.value_or(Isolation::None)));
   return ApplyGate(gate, std::move(*made));
@@ -267,7 +267,7 @@ int RunCommand(std::span<const std::string> args) {
   }
   signals.CancelFromNowOn();
 
-  auto opened = OpenSandbox(*flags, *gate);
+  auto opened = OpenSandbox(*flags, *backend, *gate);
   if (!opened) {
     PrintError(opened.error().message());
     return kExitSandboxFailed;

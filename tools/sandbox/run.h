@@ -29,13 +29,17 @@ void PrintError(std::string_view message);
 // RunCommand's signal thread ever receives them (with sigwait).
 void BlockTerminationSignals();
 
-// Opens the sandbox the flags ask for (DESIGN.md section 7): the backend
-// named, else the fastest giving --isolation, else namespace; rooted at
+// The backend the flags ask for (DESIGN.md section 7): the one named, else
+// the fastest giving --isolation (probing what runs here), else namespace.
+Expected<std::string> SelectBackend(const RunFlags& flags);
+
+// Opens `backend` (from SelectBackend, called once) for the flags; rooted at
 // --workspace or the current directory; checked against --isolation. Shared
 // by `sandbox run` and `sandbox mcp`; wrapped in the review gate `gate`
 // (PrepareGate, which refuses a bad policy before any sandbox starts). The
 // message of a failure says what to do next.
-Expected<std::unique_ptr<Sandbox>> OpenSandbox(const RunFlags& flags, const GateSetup& gate);
+Expected<std::unique_ptr<Sandbox>> OpenSandbox(const RunFlags& flags, const std::string& backend,
+                                               const GateSetup& gate);
 
 // Runs `sandbox run` with the arguments that follow "run" and returns the
 // process exit status. Writes the command's output (or one JSON object) to
