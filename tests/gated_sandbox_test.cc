@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <stop_token>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -300,6 +303,142 @@ TEST(GatedSandbox, ReviewTimeoutDenies) {
             "operation was denied");
   EXPECT_GE(took, milliseconds(1000));
   std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_FALSE(HostPathExists(dir.Join("marker")));
+}
+
+// A reviewer that does not return until the test lets it (or 60 s pass),
+// ignoring its Context: a GUI that hangs, a remote model that never answers.
+class StuckReviewer {
+ public:
+  std::shared_ptr<Reviewer> reviewer() {
+    return NewCallbackReviewer([this](const Context&, const ReviewRequest& request) {
+      ++asked_;
+      {
+        std::unique_lock lock(mutex_);
+        released_.wait_for(lock, std::chrono::seconds(60), [&] { return release_; });
+      }
+      // Read the request after the call gave up: it must still be there.
+      if (request.command && !request.command->args.empty()) {
+        std::lock_guard lock(mutex_);
+        seen_.push_back(request.command->args.front());
+      }
+      ++returned_;
+      return Decision::Allow();
+    });
+  }
+  void Release() {
+    std::lock_guard lock(mutex_);
+    release_ = true;
+    released_.notify_all();
+  }
+  // Waits until `n` reviews have returned.
+  bool WaitReturned(int n) {
+    for (int i = 0; i < 1000 && returned_ < n; ++i) std::this_thread::sleep_for(milliseconds(10));
+    return returned_ >= n;
+  }
+  int asked() const { return asked_; }
+  int returned() const { return returned_; }
+  std::vector<std::string> seen() {
+    std::lock_guard lock(mutex_);
+    return seen_;
+  }
+  ~StuckReviewer() {
+    Release();
+    WaitReturned(asked_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable released_;
+  bool release_ = false;
+  std::vector<std::string> seen_;
+  std::atomic<int> asked_ = 0;
+  std::atomic<int> returned_ = 0;
+};
+
+TEST(GatedSandbox, AReviewerThatNeverReturnsIsDeniedAtTheTimeoutAndItsLateAnswerIgnored) {
+  TempDir dir;
+  StuckReviewer stuck;
+  auto gated = NewGatedSandbox(LocalAt(dir),
+                               {.reviewer = stuck.reviewer(), .review_timeout = milliseconds(200)});
+  ASSERT_TRUE(gated);
+  {
+    // The command lives only as long as the call; the review outlives both.
+    Command touch{.path = "touch", .args = {"marker"}};
+    auto result = (*gated)->Exec({}, touch);
+    ASSERT_FALSE(result);
+    EXPECT_EQ(result.error().code(), Error::Code::Denied);
+    EXPECT_EQ(result.error().message(),
+              "denied by the callback reviewer: the review did not answer within 200ms, so the "
+              "operation was denied");
+  }
+  // The call returned while the reviewer was still deciding.
+  EXPECT_EQ(stuck.asked(), 1);
+  EXPECT_EQ(stuck.returned(), 0);
+  // Its "allow", given now, reaches nothing.
+  stuck.Release();
+  ASSERT_TRUE(stuck.WaitReturned(1));
+  EXPECT_EQ(stuck.seen(), std::vector<std::string>{"marker"});
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_FALSE(HostPathExists(dir.Join("marker")));
+  // The gate still works: the next review is asked and answered in time.
+  auto after = (*gated)->Exec({}, {.path = "touch", .args = {"marker"}});
+  ASSERT_TRUE(after) << after.error().ToString();
+  EXPECT_TRUE(HostPathExists(dir.Join("marker")));
+  EXPECT_EQ(stuck.asked(), 2);
+}
+
+TEST(GatedSandbox, StuckReviewsAreBoundedAndTheGateDeniesWithoutAskingBeyondThem) {
+  TempDir dir;
+  StuckReviewer stuck;
+  auto gated = NewGatedSandbox(LocalAt(dir),
+                               {.reviewer = stuck.reviewer(), .review_timeout = milliseconds(20)});
+  ASSERT_TRUE(gated);
+  for (int i = 0; i < 16; ++i) {
+    auto result = (*gated)->Exec({}, {.path = "touch", .args = {"marker"}});
+    ASSERT_FALSE(result);
+    EXPECT_EQ(result.error().message(),
+              "denied by the callback reviewer: the review did not answer within 20ms, so the "
+              "operation was denied");
+  }
+  EXPECT_EQ(stuck.asked(), 16);
+  auto refused = (*gated)->Exec({}, {.path = "touch", .args = {"marker"}});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Error::Code::Denied);
+  EXPECT_EQ(refused.error().message(),
+            "denied by the callback reviewer: 16 reviews are still running past their timeout; "
+            "denied without asking");
+  EXPECT_EQ(stuck.asked(), 16);
+  // Once they return, the gate asks again.
+  stuck.Release();
+  ASSERT_TRUE(stuck.WaitReturned(16));
+  auto asked = (*gated)->Exec({}, {.path = "touch", .args = {"marker"}});
+  ASSERT_TRUE(asked) << asked.error().ToString();
+  EXPECT_EQ(stuck.asked(), 17);
+  EXPECT_TRUE(HostPathExists(dir.Join("marker")));
+}
+
+TEST(GatedSandbox, CancellingACallDuringReviewCancelsTheReviewersContext) {
+  TempDir dir;
+  std::atomic<bool> reviewer_saw_cancel = false;
+  auto waiting = NewCallbackReviewer([&](const Context& ctx, const ReviewRequest&) {
+    while (!ctx.cancelled() && !ctx.expired()) std::this_thread::sleep_for(milliseconds(5));
+    reviewer_saw_cancel = ctx.cancelled();
+    return Decision::Allow();
+  });
+  auto gated = Gate(LocalAt(dir), waiting);
+  std::stop_source stop;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    stop.request_stop();
+  });
+  auto result = gated->Exec(Context().StopToken(stop.get_token()),
+                            {.path = "touch", .args = {"marker"}});
+  canceller.join();
+  ASSERT_FALSE(result);
+  EXPECT_EQ(result.error().code(), Error::Code::Cancelled);
+  for (int i = 0; i < 500 && !reviewer_saw_cancel; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_TRUE(reviewer_saw_cancel);
   EXPECT_FALSE(HostPathExists(dir.Join("marker")));
 }
 

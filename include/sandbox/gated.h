@@ -46,8 +46,8 @@ std::string_view ToString(Operation operation);
 // Parses the names ToString produces; InvalidArgument when unknown.
 Expected<Operation> ParseOperation(std::string_view name);
 
-// What a Reviewer is asked about. The views point into the caller's
-// arguments and are valid only during Review.
+// What a Reviewer is asked about. The views point into a copy the gate owns
+// for the whole of Review, also when Review outlives its deadline.
 struct ReviewRequest {
   Operation operation = Operation::Exec;
   std::string_view sandbox_id;  // the gate's id, as in the audit log
@@ -89,9 +89,14 @@ struct Decision {
 std::string_view ToString(Decision::Verdict verdict);
 
 // Decides whether one operation may run. Implementations must be
-// thread-safe (a gate may review several operations at once) and must return
-// by ctx's deadline: the gate passes a Context whose deadline is the review
-// timeout, and treats an answer that comes later, or an Error, as a denial.
+// thread-safe: a gate may review several operations at once, each on a
+// thread of its own. The gate passes a Context whose deadline is the review
+// timeout (or the caller's deadline, when earlier) and stops waiting then:
+// the operation is denied at once, the Context is cancelled, and whatever
+// Review returns later is discarded, as is an Error. So a reviewer that
+// never returns cannot hold a call; it should still return when its Context
+// ends, since a gate denies without asking while 16 of its reviews are
+// still running past their deadline.
 class Reviewer {
  public:
   Reviewer() = default;
@@ -106,7 +111,8 @@ class Reviewer {
 };
 
 // A reviewer that calls `decide` (for library users: a GUI, a second model,
-// a test). `decide` must honour ctx's deadline; see Reviewer.
+// a test). `decide` runs on a thread of the gate's; see Reviewer for what
+// happens when it does not return in time.
 using ReviewCallback = std::function<Decision(const Context& ctx, const ReviewRequest& request)>;
 std::shared_ptr<Reviewer> NewCallbackReviewer(ReviewCallback decide, std::string name = "callback");
 
@@ -156,7 +162,8 @@ struct GateOptions {
   std::shared_ptr<AuditLog> audit;
   // The id in the audit log and review requests; "" makes a random one.
   std::string sandbox_id;
-  // A review that has not answered by then is a denial.
+  // A review that has not answered by then is a denial, at that moment,
+  // whether or not the reviewer ever returns.
   std::chrono::nanoseconds review_timeout = std::chrono::minutes(5);
   // Which file operations are reviewed (Exec always is). ReadFile,
   // ReadFileLimit and ListDir are never reviewed, only audited.

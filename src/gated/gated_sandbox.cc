@@ -2,14 +2,20 @@
 // the base sandbox, the reviewer, the audit log and the remembered
 // decisions; the decorator classes are thin and only decide which optional
 // capabilities are visible (all the base has, minus ProcessHost).
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
+#include <stop_token>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -94,6 +100,68 @@ void AddResult(AuditRecord& record, const Result& result) {
 }
 
 void AddError(AuditRecord& record, const Error& error) { record.error = error.ToString(); }
+
+// The reviewers' view of a request, owned: a review may outlive the call
+// that asked for it (the gate stops waiting at the timeout), so its thread
+// must not read the caller's arguments.
+class OwnedRequest {
+ public:
+  explicit OwnedRequest(const ReviewRequest& request)
+      : operation_(request.operation),
+        sandbox_id_(request.sandbox_id),
+        backend_(request.backend),
+        in_session_(request.in_session),
+        path_(request.path),
+        workdir_(request.workdir),
+        data_(request.data),
+        mode_(request.mode) {
+    if (request.command) command_ = *request.command;
+  }
+
+  ReviewRequest View() const {
+    ReviewRequest request;
+    request.operation = operation_;
+    request.sandbox_id = sandbox_id_;
+    request.backend = backend_;
+    request.in_session = in_session_;
+    request.command = command_ ? &*command_ : nullptr;
+    request.path = path_;
+    request.workdir = workdir_;
+    request.data = data_;
+    request.mode = mode_;
+    return request;
+  }
+
+ private:
+  Operation operation_;
+  std::string sandbox_id_;
+  std::string backend_;
+  bool in_session_;
+  std::optional<Command> command_;
+  std::string path_;
+  std::string workdir_;
+  std::string data_;
+  FileMode mode_;
+};
+
+// One review in flight, shared by the waiting call and the review's thread.
+struct PendingReview {
+  explicit PendingReview(const ReviewRequest& asked) : request(asked) {}
+
+  const OwnedRequest request;
+  std::stop_source abandon;  // stopped when the call stops waiting
+  std::mutex mutex;
+  std::condition_variable answered;
+  std::optional<Expected<Decision>> answer;  // guarded by mutex
+  Clock::time_point answered_at;             // guarded by mutex
+  bool finished = false;                     // the reviewer returned; guarded by mutex
+  bool abandoned = false;                    // the call stopped waiting first; guarded by mutex
+};
+
+// Reviews past their timeout whose reviewer still runs, per gate; beyond
+// this the gate denies without asking, so a stuck reviewer cannot pile up
+// threads.
+constexpr int kMaxLateReviews = 16;
 
 // Everything a gated sandbox and its sessions share.
 class GateCore {
@@ -182,27 +250,78 @@ class GateCore {
   }
 
  private:
+  // Runs the review on a thread of its own, with a copy of the request, and
+  // waits until it answers, the review deadline or the caller's deadline
+  // passes, or the caller cancels. A reviewer that never returns cannot hold
+  // the call: the gate stops waiting, cancels the review's Context and
+  // denies; the answer that comes later is discarded.
   Decision Ask(const Context& ctx, const ReviewRequest& request) {
-    const Clock::time_point deadline = Clock::now() + options_.review_timeout;
-    const Context review_ctx = ctx.Deadline(deadline);
-    Expected<Decision> answer = Fail(Error::Code::Internal, "no answer");
+    if (late_reviews_->load() >= kMaxLateReviews)
+      return Decision::Deny(std::to_string(kMaxLateReviews) +
+                            " reviews are still running past their timeout; denied without "
+                            "asking");
+    const Clock::time_point review_deadline = Clock::now() + options_.review_timeout;
+    const Context review_ctx = ctx.Deadline(review_deadline);
+    auto pending = std::make_shared<PendingReview>(request);
+    const Context reviewer_ctx = review_ctx.StopToken(pending->abandon.get_token());
     try {
-      answer = options_.reviewer->Review(review_ctx, request);
-    } catch (const std::exception& error) {
-      return Decision::Deny(std::string("the reviewer threw: ") + error.what());
-    } catch (...) {
-      return Decision::Deny("the reviewer threw");
+      std::thread(RunReview, options_.reviewer, pending, reviewer_ctx, late_reviews_).detach();
+    } catch (const std::system_error& error) {
+      return Decision::Deny(std::string("the review could not start: ") + error.what());
     }
+    {
+      // Registered before the lock is taken: it runs at once when the call
+      // is already cancelled, and it takes the lock itself.
+      std::stop_callback wake(ctx.stop_token(), [&pending] {
+        std::lock_guard lock(pending->mutex);
+        pending->answered.notify_all();
+      });
+      std::unique_lock lock(pending->mutex);
+      const Clock::time_point wait_until = *review_ctx.deadline();
+      pending->answered.wait_until(lock, wait_until,
+                                   [&] { return pending->answer || ctx.cancelled(); });
+      // An answer given at or after the deadline is as good as none.
+      if (pending->answer && pending->answered_at >= wait_until) pending->answer.reset();
+      if (!pending->answer) {
+        pending->abandoned = !pending->finished;
+        if (pending->abandoned) late_reviews_->fetch_add(1);
+      }
+    }
+    if (!pending->answer) pending->abandon.request_stop();
     if (ctx.cancelled()) return Decision::Deny("the call was cancelled during review");
-    if (review_ctx.expired()) {
-      if (Clock::now() >= deadline)
+    if (!pending->answer) {
+      if (Clock::now() >= review_deadline)
         return Decision::Deny("the review did not answer within " +
                               DescribeDuration(options_.review_timeout) +
                               ", so the operation was denied");
       return Decision::Deny("the call's deadline passed during review");
     }
+    Expected<Decision>& answer = *pending->answer;
     if (!answer) return Decision::Deny("the reviewer failed: " + answer.error().message());
     return *answer;
+  }
+
+  // The body of a review's thread. It owns what it reads: the request copy
+  // in `pending` and a reference to the reviewer.
+  static void RunReview(std::shared_ptr<Reviewer> reviewer, std::shared_ptr<PendingReview> pending,
+                        Context ctx, std::shared_ptr<std::atomic<int>> late_reviews) {
+    Expected<Decision> answer = Fail(Error::Code::Internal, "no answer");
+    try {
+      answer = reviewer->Review(ctx, pending->request.View());
+    } catch (const std::exception& error) {
+      answer = Decision::Deny(std::string("the reviewer threw: ") + error.what());
+    } catch (...) {
+      answer = Decision::Deny("the reviewer threw");
+    }
+    std::lock_guard lock(pending->mutex);
+    pending->finished = true;
+    if (pending->abandoned) {
+      late_reviews->fetch_sub(1);
+      return;
+    }
+    pending->answer = std::move(answer);
+    pending->answered_at = Clock::now();
+    pending->answered.notify_all();
   }
 
   void Remember(const std::string& key) {
@@ -222,6 +341,9 @@ class GateCore {
   std::set<std::string> remembered_;  // guarded by mutex_
   std::size_t remembered_bytes_ = 0;  // guarded by mutex_
   std::optional<Error> broken_;       // guarded by mutex_
+  // Reviews the gate stopped waiting for whose reviewer has not returned
+  // yet; shared with their threads, which may outlive the gate.
+  const std::shared_ptr<std::atomic<int>> late_reviews_ = std::make_shared<std::atomic<int>>(0);
 };
 
 // Runs an Exec through the gate: review, run, record.

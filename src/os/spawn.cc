@@ -50,6 +50,31 @@ struct ChildPlan {
   // vfork returns (the parent is suspended until the child execs or exits).
   int failed_errno;
   const char* failed_step;
+  // TSan builds only (see kVforkIsFork): the child's end of a close-on-exec
+  // pipe that carries a failure to the parent; -1 otherwise.
+  int report_fd;
+};
+
+// ThreadSanitizer's runtime turns vfork into fork: the parent runs on at
+// once, before the child has joined its cgroup or exec'd (a Kill right after
+// Spawn would miss it), and the child's failure lands in its own copy of the
+// plan. TSan builds therefore wait on a close-on-exec pipe that carries the
+// failure; every other build has the real vfork and no pipe.
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kVforkIsFork = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kVforkIsFork = true;
+#else
+constexpr bool kVforkIsFork = false;
+#endif
+#else
+constexpr bool kVforkIsFork = false;
+#endif
+
+struct ChildFailure {
+  int failed_errno;
+  const char* failed_step;  // a string literal: the same address in a fork child
 };
 
 // Makes `from` appear as `to` in the child, without close-on-exec.
@@ -59,12 +84,17 @@ bool MoveFd(int from, int to) {
   return dup2(from, to) == to;
 }
 
-// Closes every fd >= `lowest`, with raw calls only (it runs in vfork and
-// clone children). close_range(2) where the kernel has it; else (gVisor's
-// kernel fails it with EINVAL) the fds listed in /proc/self/fd, batch by
-// batch, until none is left.
-void CloseFdsFrom(int lowest) {
-  if (syscall(SYS_close_range, lowest, ~0U, 0) == 0) return;
+// Closes every fd >= `lowest` but `keep` (-1: none), with raw calls only (it
+// runs in vfork and clone children). close_range(2) where the kernel has it;
+// else (gVisor's kernel fails it with EINVAL) the fds listed in
+// /proc/self/fd, batch by batch, until none is left.
+void CloseFdsFrom(int lowest, int keep = -1) {
+  if (keep < lowest) {
+    if (syscall(SYS_close_range, lowest, ~0U, 0) == 0) return;
+  } else if ((keep == lowest || syscall(SYS_close_range, lowest, keep - 1, 0) == 0) &&
+             syscall(SYS_close_range, keep + 1, ~0U, 0) == 0) {
+    return;
+  }
   int dir = static_cast<int>(syscall(SYS_openat, AT_FDCWD, "/proc/self/fd",
                                      O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0));
   if (dir < 0) return;
@@ -85,7 +115,7 @@ void CloseFdsFrom(int lowest) {
           if (*c < '0' || *c > '9') number = false;
           else fd = fd * 10 + (*c - '0');
         }
-        if (number && fd >= lowest && fd != dir) {
+        if (number && fd >= lowest && fd != dir && fd != keep) {
           close(fd);
           closed_any = true;
         }
@@ -99,6 +129,10 @@ void CloseFdsFrom(int lowest) {
 [[noreturn]] void ChildFail(ChildPlan* plan, const char* step) {
   plan->failed_errno = errno;
   plan->failed_step = step;
+  if (plan->report_fd >= 0) {
+    ChildFailure report{plan->failed_errno, step};
+    (void)!write(plan->report_fd, &report, sizeof report);
+  }
   _exit(127);
 }
 
@@ -137,7 +171,7 @@ void CloseFdsFrom(int lowest) {
     if (!MoveFd(sources[target], target)) ChildFail(plan, "dup2");
   // Nothing but stdio (and fd 3 when asked) crosses into the command, even
   // fds the embedding program opened without O_CLOEXEC.
-  CloseFdsFrom(plan->extra_fd >= 0 ? 4 : 3);
+  CloseFdsFrom(plan->extra_fd >= 0 ? 4 : 3, plan->report_fd);
   if (plan->drop_capabilities_up_to >= 0) {
     int err = DropAllCapabilities(plan->drop_capabilities_up_to);
     if (err != 0) {
@@ -425,8 +459,17 @@ Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure) {
   plan.parent_pid = getpid();
   plan.failed_errno = 0;
   plan.failed_step = nullptr;
+  plan.report_fd = -1;
   if (spec.new_pid_namespace) return SpawnInNewPidNamespace(spec, plan, failure);
 
+  UniqueFd report_read, report_write;
+  if constexpr (kVforkIsFork) {
+    int ends[2];
+    if (pipe2(ends, O_CLOEXEC) != 0) return Fail(ErrnoError(errno, "pipe2"));
+    report_read.reset(ends[0]);
+    report_write.reset(ends[1]);
+    plan.report_fd = ends[1];
+  }
   // A thread whose children go to another PID namespace cannot create
   // threads, so the detour lasts just the vfork.
   if (spec.pid_namespace_fd >= 0 && setns(spec.pid_namespace_fd, CLONE_NEWPID) != 0)
@@ -442,6 +485,19 @@ Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure) {
   if (pid == 0) RunChild(shared_plan);
   int vfork_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (kVforkIsFork && pid > 0) {
+    // Until the child execs (EOF) or reports its failure.
+    report_write.reset();
+    ChildFailure report{};
+    long got;
+    do {
+      got = read(report_read.get(), &report, sizeof report);
+    } while (got < 0 && errno == EINTR);
+    if (got == static_cast<long>(sizeof report)) {
+      plan.failed_errno = report.failed_errno;
+      plan.failed_step = report.failed_step;
+    }
+  }
   if (spec.pid_namespace_fd >= 0) {
     if (setns(OwnPidNamespace(), CLONE_NEWPID) != 0) {
       // Cannot happen (our own namespace, CAP_SYS_ADMIN proven a moment
