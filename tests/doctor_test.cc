@@ -175,11 +175,13 @@ TEST_F(DoctorTest, ProbesTheEngineApiVersionAndRunscRuntime) {
     EXPECT_TRUE(runtime["detail"].get<std::string>().starts_with(
         "Docker has no runsc runtime: run `runsc install`"))
         << runtime;
-    // The doctor's own probe first; then the backends' (libcurl) probes.
+    // The doctor's probe first (through the backends' Engine client; /info
+    // unversioned, as the Engine is too old to negotiate); then the
+    // backends' own probes.
     std::vector<std::string> requests = engine.requests();
     ASSERT_GE(requests.size(), 2u);
     EXPECT_EQ(std::vector<std::string>(requests.begin(), requests.begin() + 2),
-              (std::vector<std::string>{"GET /_ping HTTP/1.0", "GET /info HTTP/1.0"}));
+              (std::vector<std::string>{"GET /_ping HTTP/1.1", "GET /info HTTP/1.1"}));
   }
   unlink(socket.c_str());
   FakeEngine engine(socket, "1.45",
@@ -195,13 +197,18 @@ TEST_F(DoctorTest, ProbesTheEngineApiVersionAndRunscRuntime) {
             "Docker lists the runsc runtime");
 }
 
-TEST_F(DoctorTest, NonUnixDockerHostIsExplained) {
+TEST_F(DoctorTest, TcpAndUnsupportedDockerHostsAreExplained) {
   int exit_code = -1;
-  json report = Doctor({"DOCKER_HOST=tcp://127.0.0.1:2375"}, &exit_code);
-  EXPECT_EQ(
-      CheckNamed(Backend(report, "docker"), "Docker Engine at tcp://127.0.0.1:2375")["detail"],
-      "DOCKER_HOST=tcp://127.0.0.1:2375 is not a unix:// socket; sandbox talks to the Engine "
-      "over its Unix socket");
+  // tcp:// is spoken (plain HTTP); nothing listens on port 1.
+  json report = Doctor({"DOCKER_HOST=tcp://127.0.0.1:1"}, &exit_code);
+  std::string detail =
+      CheckNamed(Backend(report, "docker"), "Docker Engine at tcp://127.0.0.1:1")["detail"];
+  EXPECT_TRUE(detail.starts_with("cannot reach the Docker daemon at tcp://127.0.0.1:1 ("))
+      << detail;
+  report = Doctor({"DOCKER_HOST=ssh://build@host"}, &exit_code);
+  EXPECT_EQ(CheckNamed(Backend(report, "docker"), "Docker Engine at ssh://build@host")["detail"],
+            "DOCKER_HOST 'ssh://build@host': only unix:///path/to/docker.sock and "
+            "tcp://host:port are supported");
 }
 
 TEST_F(DoctorTest, UsageErrorsExit125) {

@@ -87,12 +87,12 @@ int CompareApiVersions(std::string_view a, std::string_view b) {
 
 std::string Engine::Url(std::string_view path, bool versioned) const {
   std::string url = base_url_;
-  if (versioned) url += "/v" + api_version_;
+  if (versioned && !api_version_.empty()) url += "/v" + api_version_;
   url += path;
   return url;
 }
 
-Expected<Engine> Engine::Connect(std::string host) {
+Expected<Engine> Engine::Locate(std::string host) {
   GlobalInit();
   if (host.empty()) {
     const char* env = std::getenv("DOCKER_HOST");
@@ -113,17 +113,20 @@ Expected<Engine> Engine::Connect(std::string host) {
                 "DOCKER_HOST '" + host +
                     "': only unix:///path/to/docker.sock and tcp://host:port are supported");
   }
+  return engine;
+}
 
+Expected<std::string> Engine::Ping(std::chrono::milliseconds timeout) const {
   CurlHandle curl(curl_easy_init());
   if (!curl) return Fail(Error::Code::Internal, "curl_easy_init failed");
   BodySink sink{.max = 4096};
   std::string version;
-  std::string url = engine.Url("/_ping", false);
+  std::string url = Url("/_ping", false);
   curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
-  if (!engine.socket_path_.empty())
-    curl_easy_setopt(curl.get(), CURLOPT_UNIX_SOCKET_PATH, engine.socket_path_.c_str());
+  if (!socket_path_.empty())
+    curl_easy_setopt(curl.get(), CURLOPT_UNIX_SOCKET_PATH, socket_path_.c_str());
   curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, 10000L);
+  curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
   curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, WriteBody);
   curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &sink);
   curl_easy_setopt(curl.get(), CURLOPT_HEADERFUNCTION, ReadHeader);
@@ -131,24 +134,33 @@ Expected<Engine> Engine::Connect(std::string host) {
   CURLcode code = curl_easy_perform(curl.get());
   if (code != CURLE_OK)
     return Fail(Error::Code::Unavailable,
-                "cannot reach the Docker daemon at " + host + " (" + curl_easy_strerror(code) +
+                "cannot reach the Docker daemon at " + host_ + " (" + curl_easy_strerror(code) +
                     "): is dockerd running? Start it (scripts/dockerd-ci start) or point "
                     "DOCKER_HOST at it; run `sandbox doctor`");
   long status = 0;
   curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &status);
   if (status != 200)
-    return Fail(Error::Code::Unavailable, "the Docker daemon at " + host + " answered /_ping with " +
-                                              std::to_string(status) + ": " + sink.data.substr(0, 200));
+    return Fail(Error::Code::Unavailable, "the Docker daemon at " + host_ +
+                                              " answered /_ping with " + std::to_string(status) +
+                                              ": " + sink.data.substr(0, 200));
   if (version.empty())
     return Fail(Error::Code::Unavailable,
-                "the Docker daemon at " + host + " sent no API-Version header; it is too old "
+                "the Docker daemon at " + host_ + " sent no API-Version header; it is too old "
                 "(Engine API >= " + std::string(kMinApiVersion) + " is needed)");
-  if (CompareApiVersions(version, kMinApiVersion) < 0)
+  return version;
+}
+
+Expected<Engine> Engine::Connect(std::string host) {
+  auto engine = Locate(std::move(host));
+  if (!engine) return engine;
+  auto version = engine->Ping(std::chrono::seconds(10));
+  if (!version) return Fail(version.error());
+  if (CompareApiVersions(*version, kMinApiVersion) < 0)
     return Fail(Error::Code::Unsupported,
-                "the Docker daemon at " + host + " speaks Engine API " + version + "; " +
+                "the Docker daemon at " + engine->host_ + " speaks Engine API " + *version + "; " +
                     std::string(kMinApiVersion) + " or newer is needed (upgrade Docker)");
-  engine.api_version_ =
-      CompareApiVersions(version, kMaxApiVersion) > 0 ? std::string(kMaxApiVersion) : version;
+  engine->api_version_ =
+      CompareApiVersions(*version, kMaxApiVersion) > 0 ? std::string(kMaxApiVersion) : *version;
   return engine;
 }
 

@@ -38,6 +38,14 @@ class Engine {
   // error). Unavailable, saying what to do, when the daemon does not answer.
   static Expected<Engine> Connect(std::string host = "");
 
+  // Finds the daemon as Connect does, without asking it anything. Its
+  // requests then speak the unversioned API until Connect negotiates.
+  static Expected<Engine> Locate(std::string host = "");
+
+  // GET /_ping: the API version the daemon says it speaks, not judged.
+  // Unavailable (saying what to do) when it does not answer 200 in time.
+  Expected<std::string> Ping(std::chrono::milliseconds timeout) const;
+
   // "unix:///path" or "tcp://host:port", as given or found.
   const std::string& host() const { return host_; }
   // The negotiated API version, e.g. "1.47".

@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <charconv>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -16,6 +15,7 @@
 #include <vector>
 
 #include "json/result_json.h"
+#include "docker/engine.h"
 #include "os/host_probe.h"
 #include "os/syscalls.h"
 #include "os/tree.h"
@@ -56,10 +56,6 @@ struct BackendReport {
 
 void Print(std::string_view text) { WriteAll(STDOUT_FILENO, text); }
 
-// The API version Docker needs (DESIGN.md section 5).
-constexpr int kMinApiMajor = 1;
-constexpr int kMinApiMinor = 41;
-
 std::optional<std::string> FindInPath(std::string_view program) {
   const char* path = getenv("PATH");
   std::string dirs = path && *path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -81,8 +77,7 @@ std::string ReadSmallFile(const std::string& path) {
   return text;
 }
 
-// ---- the Docker Engine: a plain HTTP/1.0 exchange over its Unix socket ----
-// (the docker backend's Engine client can replace this once it exists)
+// ---- the Docker Engine, through the docker backend's client ---------------
 
 struct EngineProbe {
   std::string where;               // "unix:///var/run/docker.sock"
@@ -93,83 +88,30 @@ struct EngineProbe {
   std::optional<nlohmann::json> info;  // GET /info, when reachable
 };
 
-// The status code and body of an HTTP/1.x reply, or nullopt.
-struct HttpReply {
-  int status = 0;
-  std::string headers;  // lower-cased header block
-  std::string body;
-};
-
-std::optional<HttpReply> ParseHttp(const std::string& raw) {
-  std::size_t end = raw.find("\r\n\r\n");
-  if (!raw.starts_with("HTTP/1.") || end == std::string::npos || raw.size() < 12) return std::nullopt;
-  HttpReply reply;
-  std::from_chars(raw.data() + 9, raw.data() + 12, reply.status);
-  reply.headers = raw.substr(0, end);
-  for (char& c : reply.headers)
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  reply.body = raw.substr(end + 4);
-  return reply;
-}
-
-std::string Header(const HttpReply& reply, std::string_view lower_name) {
-  std::size_t at = reply.headers.find("\r\n" + std::string(lower_name) + ":");
-  if (at == std::string::npos) return "";
-  at += 3 + lower_name.size();
-  std::size_t end = reply.headers.find("\r\n", at);
-  std::string value = reply.headers.substr(at, end == std::string::npos ? std::string::npos : end - at);
-  while (!value.empty() && value.front() == ' ') value.erase(0, 1);
-  return value;
-}
-
-bool ApiAtLeast(std::string_view version, int major, int minor) {
-  int got_major = 0, got_minor = 0;
-  auto dot = version.find('.');
-  if (dot == std::string_view::npos) return false;
-  auto [p1, e1] = std::from_chars(version.data(), version.data() + dot, got_major);
-  auto [p2, e2] = std::from_chars(version.data() + dot + 1, version.data() + version.size(), got_minor);
-  if (e1 != std::errc() || e2 != std::errc()) return false;
-  return got_major > major || (got_major == major && got_minor >= minor);
-}
-
 EngineProbe ProbeEngine() {
   EngineProbe probe;
-  std::string socket = "/var/run/docker.sock";
-  if (const char* host = getenv("DOCKER_HOST"); host && *host) {
-    std::string_view value = host;
-    if (!value.starts_with("unix://")) {
-      probe.where = std::string(value);
-      probe.error = "DOCKER_HOST=" + std::string(value) +
-                    " is not a unix:// socket; sandbox talks to the Engine over its Unix socket";
-      return probe;
-    }
-    socket = std::string(value.substr(7));
-  }
-  probe.where = "unix://" + socket;
   constexpr auto kTimeout = std::chrono::milliseconds(2000);
-  auto raw = os::UnixSocketExchange(socket, "GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n", 64 * 1024,
-                                    kTimeout);
-  if (!raw) {
-    probe.error = raw.error().message() +
-                  ": is dockerd running? (Debian: apt-get install docker.io; systemctl start "
-                  "docker), or point DOCKER_HOST at its socket";
+  auto engine = docker::Engine::Locate();
+  if (!engine) {
+    const char* host = getenv("DOCKER_HOST");
+    probe.where = host ? host : "";
+    probe.error = engine.error().message();
     return probe;
   }
-  auto reply = ParseHttp(*raw);
-  if (!reply || reply->status != 200) {
-    probe.error = probe.where + " answered /_ping with something other than HTTP 200";
+  probe.where = engine->host();
+  auto version = engine->Ping(kTimeout);
+  if (!version) {
+    probe.error = version.error().message();
     return probe;
   }
   probe.reachable = true;
-  probe.api_version = Header(*reply, "api-version");
-  probe.api_ok = ApiAtLeast(probe.api_version, kMinApiMajor, kMinApiMinor);
-  auto info_raw = os::UnixSocketExchange(socket, "GET /info HTTP/1.0\r\nHost: docker\r\n\r\n",
-                                         4 << 20, kTimeout);
-  if (info_raw) {
-    if (auto info = ParseHttp(*info_raw); info && info->status == 200) {
-      auto parsed = nlohmann::json::parse(info->body, nullptr, false);
-      if (!parsed.is_discarded() && parsed.is_object()) probe.info = std::move(parsed);
-    }
+  probe.api_version = *version;
+  probe.api_ok = docker::CompareApiVersions(*version, docker::kMinApiVersion) >= 0;
+  // Unversioned, so an Engine too old for the backends still says what it has.
+  auto info = engine->Request("GET", "/info", nullptr, kTimeout, 4 << 20);
+  if (info && info->status == 200) {
+    auto parsed = nlohmann::json::parse(info->body, nullptr, false);
+    if (!parsed.is_discarded() && parsed.is_object()) probe.info = std::move(parsed);
   }
   return probe;
 }
