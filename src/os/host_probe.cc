@@ -11,6 +11,7 @@
 #include "os/unique_fd.h"
 
 namespace sandbox::os {
+
 KvmProbe ProbeKvm() {
   KvmProbe probe;
   UniqueFd kvm(open("/dev/kvm", O_RDWR | O_CLOEXEC));
@@ -35,6 +36,12 @@ KvmProbe ProbeKvm() {
   if (!vm) {
     probe.detail = "KVM_CREATE_VM: " + std::generic_category().message(errno) +
                    " (/dev/kvm exists but cannot create a VM here)";
+    return probe;
+  }
+  // PVM, a KVM for guests that are themselves VMs, creates VMs but QEMU's
+  // guests abort on it (setting MSRs); the microvm backend does not use it.
+  if (access("/sys/module/kvm_pvm", F_OK) == 0) {
+    probe.detail = "/dev/kvm is PVM (kvm_pvm is loaded), on which QEMU's guests cannot run";
     return probe;
   }
   probe.usable = true;
