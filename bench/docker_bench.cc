@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -28,7 +29,9 @@ std::string g_workspace;
 sandbox::DockerOptions Options(bool gvisor) {
   sandbox::DockerOptions options;
   options.workspace = g_workspace;
-  options.agent_path = SANDBOX_AGENT_PATH;
+  // $SANDBOX_AGENT (another build's agent, to compare two) or this build's.
+  const char* agent = std::getenv("SANDBOX_AGENT");
+  options.agent_path = agent != nullptr && *agent != '\0' ? agent : SANDBOX_AGENT_PATH;
   if (gvisor) options.runtime = "runsc";
   return options;
 }
@@ -102,6 +105,27 @@ void ExecRoundTrip(benchmark::State& state, bool gvisor) {
   (void)(*box)->Close();
 }
 
+// The wire round trip alone (no process): ReadFile of a 16-byte file.
+void ReadSmallFile(benchmark::State& state, bool gvisor) {
+  auto box = Make(gvisor);
+  if (!box) {
+    state.SkipWithError(box.error().ToString().c_str());
+    return;
+  }
+  if (!(*box)->WriteFile({}, "small.txt", "0123456789abcdef", 0644)) {
+    state.SkipWithError("WriteFile failed");
+    return;
+  }
+  for (auto _ : state) {
+    auto data = (*box)->ReadFile({}, "small.txt");
+    if (!data || data->size() != 16) {
+      state.SkipWithError("ReadFile failed");
+      return;
+    }
+  }
+  (void)(*box)->Close();
+}
+
 void DockerExecTrue(benchmark::State& state, bool gvisor) {
   std::string name = "sandbox-bench-" + std::to_string(getpid()) + (gvisor ? "-gvisor" : "-runc");
   std::vector<std::string> run = {"run", "-d", "--rm", "--network=none", "--name", name};
@@ -124,6 +148,8 @@ void BM_DockerCreateFirstExec(benchmark::State& s) { CreateFirstExec(s, false); 
 void BM_DockerCliRunTrue(benchmark::State& s) { DockerRunTrue(s, false); }
 void BM_DockerExecTrue(benchmark::State& s) { ExecRoundTrip(s, false); }
 void BM_DockerCliExecTrue(benchmark::State& s) { DockerExecTrue(s, false); }
+void BM_DockerReadSmallFile(benchmark::State& s) { ReadSmallFile(s, false); }
+void BM_GvisorReadSmallFile(benchmark::State& s) { ReadSmallFile(s, true); }
 void BM_GvisorCreateFirstExec(benchmark::State& s) { CreateFirstExec(s, true); }
 void BM_GvisorCliRunTrue(benchmark::State& s) { DockerRunTrue(s, true); }
 void BM_GvisorExecTrue(benchmark::State& s) { ExecRoundTrip(s, true); }
@@ -134,10 +160,12 @@ SLOW(BM_DockerCreateFirstExec);
 SLOW(BM_DockerCliRunTrue);
 BENCHMARK(BM_DockerExecTrue)->UseRealTime()->Unit(benchmark::kMicrosecond)->Repetitions(3)->ReportAggregatesOnly(true);
 SLOW(BM_DockerCliExecTrue);
+BENCHMARK(BM_DockerReadSmallFile)->UseRealTime()->Unit(benchmark::kMicrosecond)->Repetitions(3)->ReportAggregatesOnly(true);
 SLOW(BM_GvisorCreateFirstExec);
 SLOW(BM_GvisorCliRunTrue);
 BENCHMARK(BM_GvisorExecTrue)->UseRealTime()->Unit(benchmark::kMicrosecond)->Repetitions(3)->ReportAggregatesOnly(true);
 SLOW(BM_GvisorCliExecTrue);
+BENCHMARK(BM_GvisorReadSmallFile)->UseRealTime()->Unit(benchmark::kMicrosecond)->Repetitions(3)->ReportAggregatesOnly(true);
 
 }  // namespace
 

@@ -370,6 +370,27 @@ TEST(SandboxAgent, ServesOverItsStdioAndExitsWhenTheStreamCloses) {
   EXPECT_EQ(WaitExitCode(agent.pid), 0);
 }
 
+TEST(SandboxAgent, CommandsStartWithDefaultSignalDispositionsWhateverTheAgentInherited) {
+  // The agent resets its dispositions once at start (os::ClaimProcessForSpawn)
+  // instead of in every child: signals ignored by whoever started it must
+  // still not reach the commands ignored.
+  TempDir dir;
+  auto agent = SpawnAgent(dir.path(), {"/bin/sh", "-c", "trap '' PIPE HUP INT TERM USR1; exec \"$0\" \"$@\""});
+  ASSERT_NE(agent.sandbox, nullptr);
+  Sandbox& sb = *agent.sandbox;
+  // SIGHUP, SIGINT, SIGUSR1, SIGPIPE and SIGTERM: bits 0, 1, 9, 12 and 14.
+  constexpr unsigned long kTrapped = 0x5203;
+  for (int round = 0; round < 2; ++round) {
+    auto seen = sb.Exec({}, Command{.path = "grep", .args = {"^SigIgn:", "/proc/self/status"}});
+    ASSERT_TRUE(seen) << seen.error().ToString();
+    ASSERT_TRUE(seen->stdout_data.starts_with("SigIgn:\t")) << seen->stdout_data;
+    unsigned long ignored = std::stoul(seen->stdout_data.substr(8), nullptr, 16);
+    EXPECT_EQ(ignored & kTrapped, 0u) << seen->stdout_data;
+  }
+  EXPECT_TRUE(sb.Close());
+  EXPECT_EQ(WaitExitCode(agent.pid), 0);
+}
+
 TEST(SandboxAgent, AsPid1ItReapsOrphansWithoutStealingExitStatuses) {
   if (geteuid() != 0 || system("unshare --pid --fork true >/dev/null 2>&1") != 0)
     GTEST_SKIP() << "needs root and unshare(1) to start the agent as PID 1 of a PID namespace";

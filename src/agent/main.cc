@@ -23,6 +23,7 @@
 
 #include "agent/vm_guest.h"
 #include "os/init_reaper.h"
+#include "os/spawn.h"
 #include "sandbox/local.h"
 #include "sandbox/remote.h"
 
@@ -89,6 +90,11 @@ int main(int argc, char** argv) {
   // out of their reach through /proc (and ptrace) by making it non-dumpable.
   // execve resets the flag, so the commands themselves are unaffected.
   ::prctl(PR_SET_DUMPABLE, 0);
+  // The agent owns its process: every signal disposition SIG_DFL for good
+  // (nothing here installs a handler or ignores a signal), which spares each
+  // command's spawn a reset of every disposition and of every capability.
+  // (The VM guest's setup is left as it was.)
+  if (!vm_guest) sandbox::os::ClaimProcessForSpawn();
 
   sandbox::LocalOptions local;
   local.root = ".";

@@ -25,7 +25,14 @@ int LastCapability() {
   return last;
 }
 
-int DropAllCapabilities(int last_capability) {
+std::uint64_t ReadBoundingSet(int last_capability) {
+  std::uint64_t set = 0;
+  for (int cap = 0; cap <= last_capability && cap < 64; ++cap)
+    if (prctl(PR_CAPBSET_READ, cap, 0, 0, 0) == 1) set |= CapabilityBit(cap);
+  return set;
+}
+
+int DropAllCapabilities(int last_capability, std::uint64_t bounding_set) {
   // While CAP_SETPCAP is still held: lock root out of capabilities at exec,
   // then empty the bounding set. Both are best effort without CAP_SETPCAP.
   prctl(PR_SET_SECUREBITS,
@@ -33,7 +40,8 @@ int DropAllCapabilities(int last_capability) {
             SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
             SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
         0, 0, 0);
-  for (int cap = 0; cap <= last_capability; ++cap) prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
+  for (int cap = 0; cap <= last_capability; ++cap)
+    if (cap >= 64 || (bounding_set & CapabilityBit(cap)) != 0) prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
   if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
     return errno;
   struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};

@@ -21,7 +21,14 @@ constexpr std::uint64_t CapabilityBit(int cap) { return std::uint64_t{1} << cap;
 // the child side of a spawn, between fork/clone and exec. With no_new_privs
 // set (the boundary sets it) emptying the permitted set alone already
 // guarantees the exec'd program gets no capability. Returns 0 or an errno.
-int DropAllCapabilities(int last_capability);
+// Only the capabilities in `bounding_set` are dropped from the bounding set,
+// one call each: it must hold every capability still in the caller's
+// bounding set (the others are gone already); all of them by default.
+int DropAllCapabilities(int last_capability, std::uint64_t bounding_set = ~std::uint64_t{0});
+
+// The calling thread's capability bounding set (PR_CAPBSET_READ of each
+// capability up to `last_capability`).
+std::uint64_t ReadBoundingSet(int last_capability);
 
 }  // namespace sandbox::os
 

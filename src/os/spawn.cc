@@ -44,6 +44,8 @@ struct ChildPlan {
   int cwd_fd, stdin_fd, stdout_fd, stderr_fd, extra_fd, cgroup_procs_fd;
   bool new_session;
   int drop_capabilities_up_to;  // -1: keep them; else the last capability number
+  std::uint64_t bounding_set;   // the capabilities the bounding set may still hold
+  bool reset_signals;           // false once ClaimProcessForSpawn made them all SIG_DFL
   int parent_death_signal;      // 0: none
   pid_t parent_pid;
   // Written by the child before _exit on failure; read by the parent after
@@ -141,12 +143,15 @@ void CloseFdsFrom(int lowest, int keep = -1) {
   // Signal dispositions: a handler of the parent must never run in the child
   // (it shares the parent's memory), and ignored signals (a host that
   // ignores SIGPIPE) must not leak into the command.
-  struct sigaction dfl;
-  std::memset(&dfl, 0, sizeof dfl);
-  dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig == SIGKILL || sig == SIGSTOP) continue;
-    sigaction(sig, &dfl, nullptr);
+  // (In a process that ClaimProcessForSpawn made so, all are SIG_DFL.)
+  if (plan->reset_signals) {
+    struct sigaction dfl;
+    std::memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig == SIGKILL || sig == SIGSTOP) continue;
+      sigaction(sig, &dfl, nullptr);
+    }
   }
   if (plan->cgroup_procs_fd >= 0 && write(plan->cgroup_procs_fd, "0", 1) != 1)
     ChildFail(plan, "cgroup");
@@ -173,7 +178,7 @@ void CloseFdsFrom(int lowest, int keep = -1) {
   // fds the embedding program opened without O_CLOEXEC.
   CloseFdsFrom(plan->extra_fd >= 0 ? 4 : 3, plan->report_fd);
   if (plan->drop_capabilities_up_to >= 0) {
-    int err = DropAllCapabilities(plan->drop_capabilities_up_to);
+    int err = DropAllCapabilities(plan->drop_capabilities_up_to, plan->bounding_set);
     if (err != 0) {
       errno = err;
       ChildFail(plan, "capabilities");
@@ -265,6 +270,10 @@ void ReapQuietly(pid_t pid) {
   while (waitpid(pid, &status, __WALL) < 0 && errno == EINTR) {
   }
 }
+
+// Set once by ClaimProcessForSpawn, before any thread exists.
+bool g_process_claimed = false;
+std::uint64_t g_claimed_bounding_set = ~std::uint64_t{0};
 
 std::vector<char*> CStrings(const std::vector<std::string>& strings) {
   std::vector<char*> out;
@@ -455,6 +464,8 @@ Expected<Child> Spawn(const SpawnSpec& spec, ExecFailure* failure) {
   plan.cgroup_procs_fd = spec.cgroup_procs_fd;
   plan.new_session = spec.new_session;
   plan.drop_capabilities_up_to = spec.drop_capabilities ? LastCapability() : -1;
+  plan.bounding_set = g_claimed_bounding_set;
+  plan.reset_signals = !g_process_claimed;
   plan.parent_death_signal = spec.parent_death_signal;
   plan.parent_pid = getpid();
   plan.failed_errno = 0;
@@ -554,6 +565,18 @@ Expected<PidNamespaceReaper> StartPidNamespaceReaper() {
   if (!reaper.ns)
     return Fail(ErrnoError(ns_errno, "open", "/proc/thread-self/ns/pid_for_children"));
   return reaper;
+}
+
+void ClaimProcessForSpawn() {
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    sigaction(sig, &dfl, nullptr);
+  }
+  g_claimed_bounding_set = ReadBoundingSet(LastCapability());
+  g_process_claimed = true;
 }
 
 std::optional<std::string> FindExecutable(const std::string& name, const std::string& path_list,

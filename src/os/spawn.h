@@ -140,6 +140,19 @@ Expected<PidNamespaceReaper> StartPidNamespaceReaper();
 std::optional<std::string> FindExecutable(const std::string& name, const std::string& path_list,
                                           int cwd_fd);
 
+// For a program that owns its whole process, such as the agent: resets
+// every signal disposition to SIG_DFL and records the calling thread's
+// capability bounding set, so that from then on Spawn's children skip
+// resetting each of the 64 dispositions and drop from the bounding set only
+// the capabilities still in it (instead of some 100 syscalls per command,
+// which cost milliseconds under gVisor's ptrace platform). What a command
+// starts with is unchanged. Call once, first in main, before any thread
+// exists; afterwards the program must never install a signal handler or
+// ignore a signal (a handler could run in a vfork child sharing its memory,
+// an ignored signal would stay ignored in the commands). Bounding sets only
+// ever shrink, so the recorded one covers every later thread's.
+void ClaimProcessForSpawn();
+
 // Converts a wait status to the Result convention: 128+N for signal N.
 ExitStatus DecodeWaitStatus(int code, int status);
 
