@@ -5,8 +5,9 @@
 //   fork + _exit + waitpid              (a process with a new address space)
 //   getppid                             (one syscall)
 // Run inside a gVisor container with the build directory mounted:
-//   docker run --rm --network=none --runtime=runsc -v /tmp/b/bench:/b:ro \
+//   docker run --rm --network=none --runtime=runsc -v /tmp/b/bench:/b:ro
 //     sandbox-default:latest /b/gvisor_floor /bin/true 100
+// (one command line).
 #include <sys/wait.h>
 #include <unistd.h>
 

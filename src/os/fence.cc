@@ -132,6 +132,9 @@ int CheckDirectory(int fd) {
 
 }  // namespace
 
+// How often WalkOpen's last open is tried when gVisor answers EINVAL.
+constexpr int kEinvalRetries = 8;
+
 int WalkOpen(int dirfd, const std::string& relative, int flags, mode_t mode) {
   if (relative.empty()) return -ENOENT;
   if (relative[0] == '/') return -EXDEV;
@@ -194,7 +197,12 @@ int WalkOpen(int dirfd, const std::string& relative, int flags, mode_t mode) {
       if ((S_ISSOCK(st.st_mode) || S_ISFIFO(st.st_mode)) && !(flags & O_PATH)) return -ENXIO;
     }
   }
-  int fd = OpenatNoIntr(current(), final_name.c_str(), final_flags, (flags & O_CREAT) ? mode : 0);
+  // gVisor's file proxy answers EINVAL to an open that races with a rename
+  // over the same name (another thread's atomic WriteFile). The flags are
+  // valid, so EINVAL can mean only that: try again, a bounded number of times.
+  int fd = -EINVAL;
+  for (int attempt = 0; attempt < kEinvalRetries && fd == -EINVAL; ++attempt)
+    fd = OpenatNoIntr(current(), final_name.c_str(), final_flags, (flags & O_CREAT) ? mode : 0);
   if (fd == -ENOTDIR && (trailing_slash || !(flags & O_NOFOLLOW))) {
     // A symlink where a directory was wanted: the fence's refusal is ELOOP.
     // A directory seen now was swapped back since: it was a symlink then.
