@@ -3,6 +3,7 @@
 //   boot -> first Exec result   vs  a bare QEMU boot of the same kernel whose
 //                                   /init runs one command and powers off
 //   Exec round trip in a live VM vs  the same Exec on the local backend
+//   the wire round trip alone     (Process::StderrSnapshot: no process, no 9p)
 // Run as root after `sandbox image build --vm` (or with SANDBOX_VM_CACHE set
 // to a cache holding a kernel package):
 //   /tmp/benchbuild/bench/microvm_bench [runs]
@@ -132,6 +133,28 @@ int main(int argc, char** argv) {
     local_reads.push_back(Ms(Clock::now() - start));
   }
   Report("ReadFile(16 B) in a live VM", vm_reads, "ReadFile(16 B), local backend", local_reads);
+  // The wire alone, no process started and no file system touched: the
+  // stderr snapshot of a running process is one request answered from the
+  // agent's memory.
+  auto* vm_host = dynamic_cast<sandbox::ProcessHost*>(vm_box->get());
+  auto* local_host = dynamic_cast<sandbox::ProcessHost*>(local_box->get());
+  if (!vm_host || !local_host) Die("no ProcessHost");
+  sandbox::Command sleeper{.path = "sleep", .args = {"600"}};
+  auto vm_sleeper = vm_host->StartProcess({}, sleeper);
+  auto local_sleeper = local_host->StartProcess({}, sleeper);
+  if (!vm_sleeper || !local_sleeper) Die("StartProcess failed");
+  std::vector<double> vm_wire, local_wire;
+  for (int i = 0; i < std::max(20, runs * 10); ++i) {
+    auto start = Clock::now();
+    (void)(*vm_sleeper)->StderrSnapshot();
+    vm_wire.push_back(Ms(Clock::now() - start));
+    start = Clock::now();
+    (void)(*local_sleeper)->StderrSnapshot();
+    local_wire.push_back(Ms(Clock::now() - start));
+  }
+  Report("wire round trip in a live VM", vm_wire, "the same call, local backend", local_wire);
+  (void)(*vm_sleeper)->Kill();
+  (void)(*local_sleeper)->Kill();
   (void)(*vm_box)->Close();
 
   // A warm pool: acquire -> first Exec result, against that Exec alone on a

@@ -9,11 +9,12 @@
 #include "agent/vm_guest.h"
 
 int main() {
-  auto port = sandbox::agent::PrepareVmGuest();
-  if (!port) return 1;
-  (void)!::write(*port, "\xff\xff\xff\xff", 4);
+  auto guest = sandbox::agent::PrepareVmGuest();
+  if (!guest) return 1;
+  int port = guest->stream_fd;
+  (void)!::write(port, "\xff\xff\xff\xff", 4);
   std::string junk(64 * 1024, '\x5a');
   for (;;) {
-    if (::write(*port, junk.data(), junk.size()) < 0) ::usleep(10000);
+    if (::write(port, junk.data(), junk.size()) < 0) ::usleep(10000);
   }
 }

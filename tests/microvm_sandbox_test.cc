@@ -127,6 +127,21 @@ TEST_F(MicroVmTest, WorkspaceIsSharedBothWays) {
   EXPECT_EQ(ReadHostFile(workspace_.Join("from-guest.txt")), "guest");
 }
 
+// Each command's tree lives in a cgroup of its own (killed whole with
+// cgroup.kill), made by the agent in a cgroup2 mount that is detached before
+// any command runs: commands, uid 0 without capabilities, would own its
+// files and could move themselves out; they cannot mount it again.
+TEST_F(MicroVmTest, CommandsGetACgroupEachAndCannotReachTheHierarchy) {
+  auto sb = Boot();
+  ASSERT_NE(sb, nullptr);
+  auto result = sb->Exec(Context(), Sh("cat /proc/self/cgroup; grep -c cgroup /proc/mounts;"
+                                       " mkdir -p /tmp/cg; mount -t cgroup2 cgroup2 /tmp/cg"
+                                       " 2>/dev/null || echo refused"));
+  ASSERT_TRUE(result) << result.error().ToString();
+  EXPECT_TRUE(result->stdout_data.starts_with("0::/commands/t")) << result->stdout_data;
+  EXPECT_TRUE(result->stdout_data.ends_with("\n0\nrefused\n")) << result->stdout_data;
+}
+
 TEST_F(MicroVmTest, CloseStopsTheVmm) {
   ASSERT_TRUE(QemuChildrenOf(getpid()).empty());
   auto sb = Boot();

@@ -102,14 +102,18 @@ int main(int argc, char** argv) {
   int fd = -1;
   int cgroup_fd = -1;
   if (vm_guest) {
-    // The guest's whole root is ours; commands get a PID namespace each and
-    // no capabilities, as in the namespace backend.
-    auto port = sandbox::agent::PrepareVmGuest();
-    if (!port) {
-      Say("cannot start the guest: " + port.error().ToString());
+    // The guest's whole root is ours; commands get no capabilities, as in
+    // the namespace backend, and a cgroup each in one PID namespace below
+    // the agent (below), or where the guest kernel has no cgroup v2, a PID
+    // namespace each.
+    auto guest = sandbox::agent::PrepareVmGuest();
+    if (!guest) {
+      Say("cannot start the guest: " + guest.error().ToString());
       return 1;
     }
-    fd = *port;
+    fd = guest->stream_fd;
+    cgroup_fd = guest->cgroup_fd;
+    if (cgroup_fd < 0) Say("no cgroup v2 in the guest: a PID namespace per command");
     local.root = "/workspace";
     local.workdir = "/workspace";
     local.containment = sandbox::LocalOptions::Containment::kPidNamespace;

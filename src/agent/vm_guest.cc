@@ -95,10 +95,40 @@ Status MountShares(const std::vector<std::string>& words) {
     // workspace is shared with the host and must not be.
     std::string data = "trans=virtio,version=9p2000.L,msize=512000,";
     data += read_only ? "cache=loose" : "cache=none";
-    unsigned long flags = MS_NODEV | (read_only ? MS_RDONLY : MS_NOSUID);
+    // nosuid everywhere: commands hold no capability and cannot gain one
+    // from a set-user-ID bit or file capabilities, and on a nosuid mount the
+    // kernel does not ask 9p for security.capability at every exec (a round
+    // trip to the VMM each).
+    unsigned long flags = MS_NODEV | MS_NOSUID | (read_only ? MS_RDONLY : 0);
     SANDBOX_RETURN_IF_ERROR(Mount(tag.c_str(), path.c_str(), "9p", flags, data.c_str()));
   }
   return {};
+}
+
+// A directory of a private cgroup v2 mount in which each command's tree
+// gets a cgroup: one vfork per command where a PID namespace per command
+// costs a second process (a clone of the whole agent), which under
+// emulation is most of an Exec. The mount is detached at once, so no path
+// leads to the hierarchy: commands run as uid 0 (without capabilities) and
+// would otherwise own its files, free to move themselves out of their
+// cgroup. -1 (and the reason on stderr) where the kernel has no cgroup2 with
+// cgroup.kill (Linux < 5.14).
+int OpenCommandCgroup() {
+  constexpr const char* kMountPoint = "/sys/fs/cgroup";
+  if (Status mounted = Mount("cgroup2", kMountPoint, "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                             nullptr);
+      !mounted)
+    return -1;
+  int fd = -1;
+  std::string dir = std::string(kMountPoint) + "/commands";
+  if (::mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST)
+    fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (::umount2(kMountPoint, MNT_DETACH) != 0) {
+    // Still reachable by path: commands must not get it.
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 // The virtio-serial port named kAgentPortName; waits for it to appear.
@@ -144,7 +174,7 @@ Expected<int> AcceptVsock(unsigned port) {
 
 }  // namespace
 
-Expected<int> PrepareVmGuest() {
+Expected<VmGuest> PrepareVmGuest() {
   SANDBOX_RETURN_IF_ERROR(Mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755"));
   SANDBOX_RETURN_IF_ERROR(Mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
   SANDBOX_RETURN_IF_ERROR(Mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr));
@@ -159,8 +189,15 @@ Expected<int> PrepareVmGuest() {
       vsock_port = static_cast<unsigned>(std::strtoul(word.c_str() + vm::kVsockKey.size(), nullptr, 10));
   SANDBOX_RETURN_IF_ERROR(LoadModules(words, vsock_port != 0));
   SANDBOX_RETURN_IF_ERROR(MountShares(words));
-  if (vsock_port != 0) return AcceptVsock(vsock_port);
-  return OpenAgentPort();
+  VmGuest guest;
+  guest.cgroup_fd = OpenCommandCgroup();
+  auto stream = vsock_port != 0 ? AcceptVsock(vsock_port) : OpenAgentPort();
+  if (!stream) {
+    if (guest.cgroup_fd >= 0) ::close(guest.cgroup_fd);
+    return Fail(stream.error());
+  }
+  guest.stream_fd = *stream;
+  return guest;
 }
 
 void PowerOffVm() {
