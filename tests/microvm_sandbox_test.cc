@@ -142,6 +142,31 @@ TEST_F(MicroVmTest, CommandsGetACgroupEachAndCannotReachTheHierarchy) {
   EXPECT_TRUE(result->stdout_data.ends_with("\n0\nrefused\n")) << result->stdout_data;
 }
 
+// Commands share the agent's uid 0 (without capabilities) but run in a PID
+// namespace below it: no pid they can name is the agent's or its init's, so
+// signalling every pid they can leaves it serving; and both are
+// non-dumpable, so /proc (the guest's, which lists them) opens none of
+// their fds (the cgroup's among them) nor their environment.
+TEST_F(MicroVmTest, CommandsCannotSignalOrInspectTheAgent) {
+  auto sb = Boot();
+  ASSERT_NE(sb, nullptr);
+  auto attack = sb->Exec(
+      Context(), Sh("kill -KILL -1; i=1; while [ $i -le 400 ]; do "
+                    "[ $i -ne $$ ] && kill -KILL $i 2>/dev/null; i=$((i+1)); done; echo sent"));
+  ASSERT_TRUE(attack) << attack.error().ToString();
+  EXPECT_EQ(attack->stdout_data, "sent\n");
+  auto peek = sb->Exec(
+      Context(),
+      Sh("for p in /proc/[0-9]*; do [ \"$(head -c6 $p/cmdline 2>/dev/null | tr '\\0' ' ')\" ="
+         " '/init ' ] || continue; n=0; for f in $p/fd/*; do readlink $f >/dev/null 2>&1 && n=$((n+1));"
+         " ( : < $f ) 2>/dev/null && n=$((n+1)); done; echo -n fd=$n;"
+         " head -c1 $p/environ >/dev/null 2>&1 && echo ' env=open' || echo ' env=denied'; done"));
+  ASSERT_TRUE(peek) << peek.error().ToString();
+  // The init (PID 1), the agent (its worker) and the reaper of the
+  // commands' PID namespace (a clone of the agent).
+  EXPECT_EQ(peek->stdout_data, "fd=0 env=denied\nfd=0 env=denied\nfd=0 env=denied\n");
+}
+
 TEST_F(MicroVmTest, CloseStopsTheVmm) {
   ASSERT_TRUE(QemuChildrenOf(getpid()).empty());
   auto sb = Boot();
