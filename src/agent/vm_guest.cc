@@ -106,13 +106,13 @@ Status MountShares(const std::vector<std::string>& words) {
 }
 
 // A directory of a private cgroup v2 mount in which each command's tree
-// gets a cgroup: one vfork per command where a PID namespace per command
-// costs a second process (a clone of the whole agent), which under
-// emulation is most of an Exec. The mount is detached at once, so no path
-// leads to the hierarchy: commands run as uid 0 (without capabilities) and
-// would otherwise own its files, free to move themselves out of their
-// cgroup. -1 (and the reason on stderr) where the kernel has no cgroup2 with
-// cgroup.kill (Linux < 5.14).
+// gets a cgroup: one vfork per command, where a PID namespace per command
+// costs a second process (a clone of the whole agent), dear under
+// emulation. The mount is detached at once, so no path leads to the
+// hierarchy: commands run as uid 0 (without capabilities) and would
+// otherwise own its files, free to move themselves out of their cgroup.
+// -1 where the kernel has no cgroup2 with cgroup.kill (Linux < 5.14; the
+// agent then says so on stderr).
 int OpenCommandCgroup() {
   constexpr const char* kMountPoint = "/sys/fs/cgroup";
   if (Status mounted = Mount("cgroup2", kMountPoint, "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC,
@@ -123,6 +123,10 @@ int OpenCommandCgroup() {
   std::string dir = std::string(kMountPoint) + "/commands";
   if (::mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST)
     fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0 && ::faccessat(fd, "cgroup.kill", F_OK, 0) != 0) {
+    ::close(fd);
+    fd = -1;
+  }
   if (::umount2(kMountPoint, MNT_DETACH) != 0) {
     // Still reachable by path: commands must not get it.
     if (fd >= 0) ::close(fd);
