@@ -54,8 +54,9 @@ int main(int argc, char** argv) {
   int runs = argc > 1 ? std::atoi(argv[1]) : 5;
   sandbox::VmImageOptions image_options;
   // SANDBOX_AGENT, as for the CLI, puts another agent into the guest image.
-  const char* agent = std::getenv("SANDBOX_AGENT");
-  image_options.agent_path = agent && *agent ? agent : SANDBOX_AGENT_PATH;
+  const char* agent_override = std::getenv("SANDBOX_AGENT");
+  image_options.agent_path =
+      agent_override && *agent_override ? agent_override : SANDBOX_AGENT_PATH;
   auto image = sandbox::BuildVmImage(image_options);
   if (!image) Die(image.error().ToString());
   std::string workspace = std::filesystem::temp_directory_path() / "microvm_bench_ws";

@@ -79,6 +79,18 @@ struct ChildFailure {
   const char* failed_step;  // a string literal: the same address in a fork child
 };
 
+// Sets every signal's disposition to SIG_DFL. Raw calls only: it runs in
+// vfork children too.
+void ResetSignalDispositions() {
+  struct sigaction dfl;
+  std::memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    sigaction(sig, &dfl, nullptr);
+  }
+}
+
 // Makes `from` appear as `to` in the child, without close-on-exec.
 bool MoveFd(int from, int to) {
   if (from < 0) return true;
@@ -144,15 +156,7 @@ void CloseFdsFrom(int lowest, int keep = -1) {
   // (it shares the parent's memory), and ignored signals (a host that
   // ignores SIGPIPE) must not leak into the command.
   // (In a process that ClaimProcessForSpawn made so, all are SIG_DFL.)
-  if (plan->reset_signals) {
-    struct sigaction dfl;
-    std::memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    for (int sig = 1; sig < NSIG; ++sig) {
-      if (sig == SIGKILL || sig == SIGSTOP) continue;
-      sigaction(sig, &dfl, nullptr);
-    }
-  }
+  if (plan->reset_signals) ResetSignalDispositions();
   if (plan->cgroup_procs_fd >= 0 && write(plan->cgroup_procs_fd, "0", 1) != 1)
     ChildFail(plan, "cgroup");
   if (plan->new_session) setsid();
@@ -568,13 +572,7 @@ Expected<PidNamespaceReaper> StartPidNamespaceReaper() {
 }
 
 void ClaimProcessForSpawn() {
-  struct sigaction dfl;
-  std::memset(&dfl, 0, sizeof dfl);
-  dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig == SIGKILL || sig == SIGSTOP) continue;
-    sigaction(sig, &dfl, nullptr);
-  }
+  ResetSignalDispositions();
   g_claimed_bounding_set = ReadBoundingSet(LastCapability());
   g_process_claimed = true;
 }
