@@ -68,6 +68,20 @@ size_t ReadHeader(char* data, size_t size, size_t count, void* user) {
   return size * count;
 }
 
+// The common options of one request.
+Expected<CurlHandle> NewHandle(const std::string& url, const std::string& socket_path,
+                               std::string_view method, std::chrono::milliseconds timeout) {
+  CurlHandle curl(curl_easy_init());
+  if (!curl) return Fail(Error::Code::Internal, "curl_easy_init failed");
+  curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
+  if (!socket_path.empty()) curl_easy_setopt(curl.get(), CURLOPT_UNIX_SOCKET_PATH, socket_path.c_str());
+  curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+  curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
+  curl_easy_setopt(curl.get(), CURLOPT_CUSTOMREQUEST, std::string(method).c_str());
+  return curl;
+}
+
 }  // namespace
 
 int CompareApiVersions(std::string_view a, std::string_view b) {
@@ -117,28 +131,23 @@ Expected<Engine> Engine::Locate(std::string host) {
 }
 
 Expected<std::string> Engine::Ping(std::chrono::milliseconds timeout) const {
-  CurlHandle curl(curl_easy_init());
-  if (!curl) return Fail(Error::Code::Internal, "curl_easy_init failed");
+  auto handle = NewHandle(Url("/_ping", false), socket_path_, "GET", timeout);
+  if (!handle) return Fail(handle.error());
+  CURL* curl = handle->get();
   BodySink sink{.max = 4096};
   std::string version;
-  std::string url = Url("/_ping", false);
-  curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
-  if (!socket_path_.empty())
-    curl_easy_setopt(curl.get(), CURLOPT_UNIX_SOCKET_PATH, socket_path_.c_str());
-  curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
-  curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, WriteBody);
-  curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &sink);
-  curl_easy_setopt(curl.get(), CURLOPT_HEADERFUNCTION, ReadHeader);
-  curl_easy_setopt(curl.get(), CURLOPT_HEADERDATA, &version);
-  CURLcode code = curl_easy_perform(curl.get());
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, WriteBody);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sink);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, ReadHeader);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &version);
+  CURLcode code = curl_easy_perform(curl);
   if (code != CURLE_OK)
     return Fail(Error::Code::Unavailable,
                 "cannot reach the Docker daemon at " + host_ + " (" + curl_easy_strerror(code) +
                     "): is dockerd running? Start it (scripts/dockerd-ci start) or point "
                     "DOCKER_HOST at it; run `sandbox doctor`");
   long status = 0;
-  curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
   if (status != 200)
     return Fail(Error::Code::Unavailable, "the Docker daemon at " + host_ +
                                               " answered /_ping with " + std::to_string(status) +
@@ -165,20 +174,6 @@ Expected<Engine> Engine::Connect(std::string host) {
 }
 
 namespace {
-
-// The common options of one request.
-Expected<CurlHandle> NewHandle(const std::string& url, const std::string& socket_path,
-                               std::string_view method, std::chrono::milliseconds timeout) {
-  CurlHandle curl(curl_easy_init());
-  if (!curl) return Fail(Error::Code::Internal, "curl_easy_init failed");
-  curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
-  if (!socket_path.empty()) curl_easy_setopt(curl.get(), CURLOPT_UNIX_SOCKET_PATH, socket_path.c_str());
-  curl_easy_setopt(curl.get(), CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl.get(), CURLOPT_CONNECTTIMEOUT_MS, 10000L);
-  curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, static_cast<long>(timeout.count()));
-  curl_easy_setopt(curl.get(), CURLOPT_CUSTOMREQUEST, std::string(method).c_str());
-  return curl;
-}
 
 Expected<Response> Perform(CURL* curl, BodySink& sink, const std::string& host,
                            std::string_view what) {
