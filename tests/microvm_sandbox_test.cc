@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -307,11 +308,14 @@ TEST_F(MicroVmTest, PoolHandsOutBootedGuestsWithFreshWorkspaces) {
   options.vm.image = *TestVmImage();
   options.workspaces_dir = workspace_.path();
   options.size = 1;
+  // The second Acquire waits, so its guest boots at once, this long
+  // refill delay notwithstanding.
+  options.refill_delay = std::chrono::hours(1);
   auto pool = MicroVmPool::Create(options);
   ASSERT_TRUE(pool) << pool.error().ToString();
   auto first = (*pool)->Acquire();
   ASSERT_TRUE(first) << first.error().ToString();
-  auto second = (*pool)->Acquire();  // booted in the background meanwhile
+  auto second = (*pool)->Acquire();
   ASSERT_TRUE(second) << second.error().ToString();
   EXPECT_NE(first->workspace, second->workspace);
   auto written = first->sandbox->Exec({}, Sh("echo one > /workspace/mark; ls /workspace"));
@@ -325,6 +329,87 @@ TEST_F(MicroVmTest, PoolHandsOutBootedGuestsWithFreshWorkspaces) {
   ASSERT_TRUE(second->sandbox->Close());
   pool->reset();  // closes the idle guest it booted meanwhile
   EXPECT_TRUE(QemuChildrenOf(getpid()).empty());
+}
+
+TEST_F(MicroVmTest, PoolHoldsTheRefillBackWhileANewLeaseStarts) {
+  MicroVmPoolOptions options;
+  options.vm.image = *TestVmImage();
+  options.workspaces_dir = workspace_.path();
+  options.size = 1;
+  options.refill_delay = 3s;
+  auto pool = MicroVmPool::Create(options);
+  ASSERT_TRUE(pool) << pool.error().ToString();
+  auto lease = (*pool)->Acquire();
+  ASSERT_TRUE(lease) << lease.error().ToString();
+  auto handed_out = Clock::now();
+  std::this_thread::sleep_for(1500ms);
+  // Only the leased guest's VMM: the replacement has not started booting.
+  EXPECT_EQ(QemuChildrenOf(getpid()).size(), 1u);
+  auto ran = lease->sandbox->Exec({}, Command{.path = "true"});
+  ASSERT_TRUE(ran) << ran.error().ToString();
+  while (QemuChildrenOf(getpid()).size() < 2 && Clock::now() < handed_out + 60s)
+    std::this_thread::sleep_for(10ms);
+  auto refill_seen = Clock::now();
+  EXPECT_EQ(QemuChildrenOf(getpid()).size(), 2u);  // then it does, once the delay is over
+  EXPECT_GE(refill_seen - handed_out, 2900ms);
+  ASSERT_TRUE(lease->sandbox->Close());
+  pool->reset();
+  EXPECT_TRUE(QemuChildrenOf(getpid()).empty());
+}
+
+TEST_F(MicroVmTest, ImagesUnusedForADayAreRemovedByTheNextBuild) {
+  namespace fs = std::filesystem;
+  auto image = TestVmImage();
+  ASSERT_TRUE(image) << image.error().ToString();
+  fs::path dir = fs::path(image->initramfs).parent_path();
+  // Another agent's image, last used two days ago; one used an hour ago;
+  // a file of another name. The image in use is set back two hours only:
+  // other test processes build and boot from it meanwhile.
+  fs::path stale = dir / "initramfs-00000000000000aa.cpio";
+  fs::path recent = dir / "initramfs-00000000000000bb.cpio";
+  fs::path other = dir / "initramfs-00000000000000cc.cpio.keep";
+  for (const fs::path& path : {stale, recent, other}) std::ofstream(path) << "x";
+  auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(stale, now - 48h);
+  fs::last_write_time(recent, now - 1h);
+  fs::last_write_time(other, now - 48h);
+  fs::last_write_time(image->initramfs, now - 2h);
+  VmImageOptions options;
+  options.agent_path = ContainerAgentPath();
+  auto rebuilt = BuildVmImage(options);
+  ASSERT_TRUE(rebuilt) << rebuilt.error().ToString();
+  EXPECT_EQ(rebuilt->initramfs, image->initramfs);
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(recent));
+  EXPECT_TRUE(fs::exists(other));
+  ASSERT_TRUE(fs::exists(image->initramfs));
+  EXPECT_LT(now - fs::last_write_time(image->initramfs), 1h);  // marked used again
+  fs::last_write_time(image->initramfs, now - 2h);
+  auto sb = Boot();  // booting from an image marks it used too
+  ASSERT_NE(sb, nullptr);
+  EXPECT_LT(now - fs::last_write_time(image->initramfs), 1h);
+  (void)sb->Close();
+  fs::remove(recent);
+  fs::remove(other);
+}
+
+TEST(MicroVmPoolOptionsTest, BadOptionsAreRefused) {
+  MicroVmPoolOptions options;
+  options.workspaces_dir = "/tmp";
+  options.size = 0;
+  auto empty = MicroVmPool::Create(options);
+  ASSERT_FALSE(empty);
+  EXPECT_EQ(empty.error().code(), Error::Code::InvalidArgument);
+  options.size = 1;
+  options.refill_delay = -1ms;
+  auto negative = MicroVmPool::Create(options);
+  ASSERT_FALSE(negative);
+  EXPECT_EQ(negative.error().code(), Error::Code::InvalidArgument);
+  options.refill_delay = 0ms;
+  options.workspaces_dir = "/nonexistent-sandbox-dir";
+  auto missing = MicroVmPool::Create(options);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code(), Error::Code::NotADirectory);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "microvm/host_tools.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -74,6 +75,8 @@ Expected<std::string> ReadWholeFile(const std::string& path, std::size_t max) {
   if (!fd) return Fail(os::ErrnoError(errno, "open", path));
   return os::ReadAll(fd.get(), max);
 }
+
+void MarkImageUsed(const std::string& path) { (void)::utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }
 
 Status WriteFileAtomically(const std::string& path, std::string_view data, unsigned mode) {
   std::string temporary = path + ".tmp" + std::to_string(::getpid());

@@ -30,6 +30,10 @@ Expected<std::string> ReadWholeFile(const std::string& path, std::size_t max);
 // Writes `data` to `path` atomically (a temporary file beside it, renamed).
 Status WriteFileAtomically(const std::string& path, std::string_view data, unsigned mode);
 
+// Sets the modification time of a guest image file to now: the image cache
+// removes images unused for a day (BuildVmImage). Best effort.
+void MarkImageUsed(const std::string& path);
+
 }  // namespace sandbox::vm
 
 #endif  // SANDBOX_MICROVM_HOST_TOOLS_H_

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -182,6 +183,27 @@ Status ExtractKernel(const std::string& deb, const std::string& release,
   return {};
 }
 
+// Every agent build makes an image of its own (and the tests make one with
+// a hostile /init), so images are removed once unused: one not built or
+// booted for a day goes at the next build in the same kernel directory. A
+// VMM reads its initramfs whole when it starts, so no running guest needs
+// the file; a pool idle for longer than that would fail its next boot with
+// a clear NotFound rather than the cache growing without bound.
+constexpr auto kUnusedImageLifetime = std::chrono::hours(24);
+
+void RemoveUnusedImages(const std::string& kernel_dir, const std::string& keep) {
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  for (fs::directory_iterator it(kernel_dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path& path = it->path();
+    std::string name = path.filename().string();
+    if (!name.starts_with("initramfs-") || !name.ends_with(".cpio") || path == keep) continue;
+    std::error_code entry_ec;
+    auto used = fs::last_write_time(path, entry_ec);
+    if (!entry_ec && now - used > kUnusedImageLifetime) fs::remove(path, entry_ec);
+  }
+}
+
 // The initramfs: /init is the agent, the modules in load order, a minimal
 // /etc (nothing of the host's but the dynamic linker's cache), mount points,
 // and the host's /usr-merge symlinks.
@@ -281,6 +303,9 @@ Expected<VmImage> BuildVmImage(const VmImageOptions& options) {
   auto existing = vm::ReadWholeFile(initramfs_path, initramfs->size() + 1);
   if (!existing || *existing != *initramfs)
     SANDBOX_RETURN_IF_ERROR(vm::WriteFileAtomically(initramfs_path, *initramfs, 0644));
+  else
+    vm::MarkImageUsed(initramfs_path);
+  RemoveUnusedImages(kernel_dir, initramfs_path);
   Progress(options, "image ready: " + kernel_dir);
   return VmImage{.kernel = kernel_dir + "/vmlinux",
                  .initramfs = initramfs_path,

@@ -68,6 +68,7 @@ Expected<std::unique_ptr<Sandbox>> NewMicroVmSandbox(const MicroVmOptions& optio
     return Fail(Error::Code::NotADirectory, "workspace '" + workspace + "' is not a directory");
   auto image = DefaultImage(options);
   if (!image) return Fail(image.error());
+  vm::MarkImageUsed(image->initramfs);  // a pool boots from one image for as long as it lives
 
   vm::VmSpec spec;
   spec.kernel = image->kernel;

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -39,7 +40,10 @@ class Pool final : public MicroVmPool {
 
   Expected<Lease> Acquire() override {
     std::unique_lock lock(mu_);
+    ++waiting_;
+    cv_.notify_all();  // a refill held back for an earlier hand-out starts now
     cv_.wait(lock, [this] { return !idle_.empty() || last_error_.has_value(); });
+    --waiting_;
     if (idle_.empty()) {
       Error error = *last_error_;
       last_error_.reset();  // the next Acquire waits for a new attempt
@@ -47,6 +51,7 @@ class Pool final : public MicroVmPool {
     }
     Lease lease = std::move(idle_.front());
     idle_.pop_front();
+    refill_after_ = std::chrono::steady_clock::now() + options_.refill_delay;
     cv_.notify_all();  // the booter refills
     return lease;
   }
@@ -73,6 +78,9 @@ class Pool final : public MicroVmPool {
       {
         std::unique_lock lock(mu_);
         cv_.wait(lock, [this] { return stopping_ || (idle_.size() < options_.size && !last_error_); });
+        // The guest just handed out runs its first commands undisturbed,
+        // unless a caller is waiting for the next one.
+        cv_.wait_until(lock, refill_after_, [this] { return stopping_ || waiting_ > 0; });
         if (stopping_) return;
       }
       auto lease = BootOne();
@@ -91,6 +99,8 @@ class Pool final : public MicroVmPool {
   std::condition_variable cv_;
   std::deque<Lease> idle_;
   std::optional<Error> last_error_;
+  std::size_t waiting_ = 0;  // callers blocked in Acquire
+  std::chrono::steady_clock::time_point refill_after_{};
   bool stopping_ = false;
   std::thread booter_;
 };
@@ -99,6 +109,8 @@ class Pool final : public MicroVmPool {
 
 Expected<std::unique_ptr<MicroVmPool>> MicroVmPool::Create(const MicroVmPoolOptions& options) {
   if (options.size == 0) return Fail(Error::Code::InvalidArgument, "a pool of zero guests");
+  if (options.refill_delay.count() < 0)
+    return Fail(Error::Code::InvalidArgument, "a negative refill_delay");
   std::error_code ec;
   if (!fs::is_directory(options.workspaces_dir, ec))
     return Fail(Error::Code::NotADirectory,
