@@ -285,10 +285,13 @@ TEST_F(MicroVmTest, OversizedFrameFromAHostileGuestIsRefused) {
   // The guest's /init sends a frame header announcing 4 GiB, then junk
   // without end: the host must refuse at the header, without buffering.
   VmImageOptions image_options;
-  // $SANDBOX_HOSTILE_GUEST: a sanitizer build points it at the normal
-  // build's static guest (its own is dynamic, and /init must be static).
-  const char* hostile = std::getenv("SANDBOX_HOSTILE_GUEST");
-  image_options.agent_path = hostile && *hostile ? hostile : SANDBOX_HOSTILE_GUEST_PATH;
+  // A guest's /init must be static and a sanitizer build's is not: where
+  // $SANDBOX_CONTAINER_AGENT names the static agent the tests put into
+  // guests and containers, the hostile guest built beside it is taken.
+  image_options.agent_path = SANDBOX_HOSTILE_GUEST_PATH;
+  if (const char* agent = std::getenv("SANDBOX_CONTAINER_AGENT"); agent && *agent)
+    image_options.agent_path =
+        (std::filesystem::path(agent).parent_path() / "sandbox-hostile-guest").string();
   auto image = BuildVmImage(image_options);
   ASSERT_TRUE(image) << image.error().ToString();
   MicroVmOptions options;

@@ -53,6 +53,15 @@ std::size_t PeakRssBytes();
 // Current resident set size of this process, in bytes (VmRSS).
 std::size_t CurrentRssBytes();
 
+// A fork bomb for `sh -c`: a subshell starts up to 200 `sleep 5`s and dies
+// at the first failed fork; the sleeps that did start live on and are then
+// counted with shell builtins only (no fork is left to spare). Prints the
+// count: under a pids limit of N, fewer than N.
+inline constexpr const char* kForkBombScript =
+    "( i=0; while [ $i -lt 200 ]; do sleep 5 & i=$((i+1)); done ) 2>/dev/null; "
+    "n=0; for f in /proc/[0-9]*/comm; do read c < $f; "
+    "[ \"$c\" = sleep ] && n=$((n+1)); done 2>/dev/null; echo $n";
+
 // The sandbox CLI built with the tests ("" when it is not built).
 inline constexpr const char* kCliPath = SANDBOX_CLI_PATH;
 

@@ -132,6 +132,30 @@ Expected<PreparedCommand> PrepareCommand(const ExecConfig& config, const Command
   return prepared;
 }
 
+os::SpawnSpec CommandSpawnSpec(const ExecConfig& config, PreparedCommand& prepared, int stdin_fd,
+                               int stdout_fd, int stderr_fd) {
+  os::SpawnSpec spec;
+  spec.exec_path = std::move(prepared.exec_path);
+  spec.argv = std::move(prepared.argv);
+  spec.env = std::move(prepared.env);
+  spec.cwd_fd = prepared.cwd.get();
+  spec.stdin_fd = stdin_fd;
+  spec.stdout_fd = stdout_fd;
+  spec.stderr_fd = stderr_fd;
+  spec.drop_capabilities = config.drop_capabilities;
+  return spec;
+}
+
+void TakeOutput(os::BoundedCapture& stdout_capture, os::BoundedCapture& stderr_capture,
+                Result& result) {
+  result.stdout_truncated = stdout_capture.truncated();
+  result.stderr_truncated = stderr_capture.truncated();
+  result.stdout_dropped = stdout_capture.dropped();
+  result.stderr_dropped = stderr_capture.dropped();
+  result.stdout_data = stdout_capture.Take();
+  result.stderr_data = stderr_capture.Take();
+}
+
 Expected<std::unique_ptr<CancelEvent>> CancelEvent::ForContext(const Context& ctx) {
   std::unique_ptr<CancelEvent> event(new CancelEvent());
   auto fd = os::MakeEventFd();
@@ -171,15 +195,8 @@ Expected<Result> RunToCompletion(const ExecConfig& config, const Context& ctx, c
   auto cancel = CancelEvent::ForContext(ctx);
   if (!cancel) return Fail(cancel.error());
 
-  os::SpawnSpec spec;
-  spec.exec_path = prepared->exec_path;
-  spec.argv = std::move(prepared->argv);
-  spec.env = std::move(prepared->env);
-  spec.cwd_fd = prepared->cwd.get();
-  spec.stdin_fd = in->read.get();
-  spec.stdout_fd = out->write.get();
-  spec.stderr_fd = err->write.get();
-  spec.drop_capabilities = config.drop_capabilities;
+  os::SpawnSpec spec =
+      CommandSpawnSpec(config, *prepared, in->read.get(), out->write.get(), err->write.get());
 
   auto start = std::chrono::steady_clock::now();
   os::ExecFailure failure{};
@@ -228,12 +245,7 @@ Expected<Result> RunToCompletion(const ExecConfig& config, const Context& ctx, c
   result.signal = status->signal;
   result.timed_out = outcome->end != os::PumpEnd::kExited;
   result.duration = outcome->finished - start;
-  result.stdout_truncated = stdout_capture.truncated();
-  result.stderr_truncated = stderr_capture.truncated();
-  result.stdout_dropped = stdout_capture.dropped();
-  result.stderr_dropped = stderr_capture.dropped();
-  result.stdout_data = stdout_capture.Take();
-  result.stderr_data = stderr_capture.Take();
+  TakeOutput(stdout_capture, stderr_capture, result);
   return result;
 }
 

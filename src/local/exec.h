@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "local/files.h"
+#include "os/capture.h"
+#include "os/spawn.h"
 #include "os/tree.h"
 #include "os/unique_fd.h"
 #include "sandbox/sandbox.h"
@@ -76,6 +78,17 @@ struct PreparedCommand {
 // Validates `cmd` (no NUL bytes, env entries KEY=VALUE) and resolves its
 // directory through the fence and its program through PATH.
 Expected<PreparedCommand> PrepareCommand(const ExecConfig& config, const Command& cmd);
+
+// The spawn of a prepared command (its program, arguments, environment and
+// working directory; `prepared` gives up the first three) on the given
+// standard descriptors.
+os::SpawnSpec CommandSpawnSpec(const ExecConfig& config, PreparedCommand& prepared, int stdin_fd,
+                               int stdout_fd, int stderr_fd);
+
+// Moves what was captured of stdout and stderr, with its truncation flags,
+// into `result`.
+void TakeOutput(os::BoundedCapture& stdout_capture, os::BoundedCapture& stderr_capture,
+                Result& result);
 
 // Merges "KEY=VALUE" entries of `extra` over `base` (later keys win).
 std::vector<std::string> MergeEnv(const std::vector<std::string>& base,

@@ -196,15 +196,8 @@ Expected<std::unique_ptr<Process>> StartLocalProcess(std::shared_ptr<const ExecC
   if (!stop) return Fail(stop.error());
   SANDBOX_RETURN_IF_ERROR(os::SetNonBlocking(err->read.get(), true));
 
-  os::SpawnSpec spec;
-  spec.exec_path = prepared->exec_path;
-  spec.argv = std::move(prepared->argv);
-  spec.env = std::move(prepared->env);
-  spec.cwd_fd = prepared->cwd.get();
-  spec.stdin_fd = in->read.get();
-  spec.stdout_fd = out->write.get();
-  spec.stderr_fd = err->write.get();
-  spec.drop_capabilities = config->drop_capabilities;
+  os::SpawnSpec spec =
+      CommandSpawnSpec(*config, *prepared, in->read.get(), out->write.get(), err->write.get());
   SANDBOX_RETURN_IF_ERROR(config->trees->Add(tree->get()));
   auto child = (*tree)->Spawn(std::move(spec));
   if (!child) {

@@ -368,12 +368,7 @@ Expected<Result> LocalSession::Exec(const Context& ctx, const Command& cmd) {
 
   Result result;
   result.duration = finished - start;
-  result.stdout_truncated = stdout_capture.truncated();
-  result.stderr_truncated = stderr_capture.truncated();
-  result.stdout_dropped = stdout_capture.dropped();
-  result.stderr_dropped = stderr_capture.dropped();
-  result.stdout_data = stdout_capture.Take();
-  result.stderr_data = stderr_capture.Take();
+  TakeOutput(stdout_capture, stderr_capture, result);
   if (timed_out) {
     result.timed_out = true;
     result.exit_code = 128 + 9;
