@@ -35,9 +35,13 @@ std::vector<vm::VmShare> Shares(const std::string& workspace) {
   return shares;
 }
 
+// The image to boot. One built here is marked used by BuildVmImage; one the
+// caller built (a pool boots from one image for as long as it lives) is
+// marked here, so the cache keeps it.
 Expected<VmImage> DefaultImage(const MicroVmOptions& options) {
-  if (!options.image.kernel.empty()) return options.image;
-  return BuildVmImage(options.image_options);
+  if (options.image.kernel.empty()) return BuildVmImage(options.image_options);
+  vm::MarkImageUsed(options.image.initramfs);
+  return options.image;
 }
 
 }  // namespace
@@ -68,7 +72,6 @@ Expected<std::unique_ptr<Sandbox>> NewMicroVmSandbox(const MicroVmOptions& optio
     return Fail(Error::Code::NotADirectory, "workspace '" + workspace + "' is not a directory");
   auto image = DefaultImage(options);
   if (!image) return Fail(image.error());
-  vm::MarkImageUsed(image->initramfs);  // a pool boots from one image for as long as it lives
 
   vm::VmSpec spec;
   spec.kernel = image->kernel;
