@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "backends.h"
+#include "microvm/vmm.h"
 #include "os/syscalls.h"
 #include "os/unique_fd.h"
 #include "sandbox/microvm.h"
@@ -93,6 +94,20 @@ TEST_F(MicroVmTest, CommandsRunOnTheGuestsKernelNotTheHosts) {
   EXPECT_TRUE(result->stdout_data.starts_with(release + "\nLinux version " + release + " "))
       << result->stdout_data;
   EXPECT_EQ(result->stdout_data.find(host.release), std::string::npos);
+}
+
+// Under emulation the guest's CPU offers no ERMS, so neither its kernel nor
+// glibc copies with `rep movsb`, which TCG runs a byte at a time.
+TEST_F(MicroVmTest, UnderEmulationTheGuestCpuHasNoFastRepMovsb) {
+  if (vm::KvmUsable()) GTEST_SKIP() << "under KVM the guest has the host's CPU";
+  auto sb = Boot();
+  ASSERT_NE(sb, nullptr);
+  auto result = sb->Exec(Context(), Sh("grep -m1 '^flags' /proc/cpuinfo"));
+  ASSERT_TRUE(result) << result.error().ToString();
+  ASSERT_EQ(result->exit_code, 0) << result->stderr_data;
+  std::string flags = result->stdout_data;
+  EXPECT_NE(flags.find(" sse2 "), std::string::npos) << flags;  // the line read is the flags
+  EXPECT_EQ(flags.find(" erms"), std::string::npos) << flags;
 }
 
 TEST_F(MicroVmTest, ReportsVmIsolationAndHasNoNetworkDevice) {

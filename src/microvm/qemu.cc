@@ -77,6 +77,16 @@ bool KvmUsable() {
 // guest keeps it.)
 constexpr std::string_view kTcgGuestWords = "norandmaps";
 
+// The CPU QEMU emulates under TCG: everything it can, except ERMS ("fast
+// rep movsb/stosb"). With the flag, the guest kernel's memcpy, memset and
+// page clearing, and glibc's larger copies, use `rep movsb`/`rep stosb`, which
+// TCG runs one byte per iteration; without it they move eight bytes (or a
+// vector) a step. Measured on CLI boots in the same slot of an interleaved
+// series (medians of 5): QEMU start -> the agent's port open 1414 -> 1292 ms
+// and 1553 -> 1429 ms, the kernel at /init about 90 ms sooner, the modules
+// loaded in 30 ms less; microvm_bench's boot -> first Exec 1.54 -> 1.44 s.
+constexpr std::string_view kTcgCpu = "max,-erms";
+
 // QEMU's option parser splits at commas; a literal comma is doubled.
 static std::string QemuEscape(std::string_view value) {
   std::string out;
@@ -91,7 +101,7 @@ std::vector<std::string> QemuArguments(const VmSpec& spec, bool kvm) {
   std::vector<std::string> args = {
       "-M", "microvm,x-option-roms=off,rtc=on",
       "-accel", kvm ? "kvm" : "tcg",
-      "-cpu", kvm ? "host" : "max",
+      "-cpu", kvm ? "host" : std::string(kTcgCpu),
       "-smp", std::to_string(spec.vcpus),
       "-m", std::to_string(spec.memory_mib) + "M",
       "-nodefaults", "-no-user-config", "-display", "none", "-monitor", "none",
