@@ -61,6 +61,14 @@ struct LocalOptions {
   // sandbox. Ignored when each command gets a PID namespace of its own.
   bool shared_pid_namespace = false;
 
+  // Mount points of file systems whose directories do not change while the
+  // sandbox lives, such as a VM guest's read-only shares of the host's
+  // system. A program the PATH search did not find in a directory on one
+  // of them is not looked for there again for 5 s. For the agent in a VM,
+  // where each lookup that misses is a round trip to the VMM. Empty: every
+  // search asks the file system.
+  std::vector<std::string> stable_mounts;
+
   // Start every command with no capability at all: empty sets, an empty
   // bounding set and locked securebits, so that even uid 0 gains nothing at
   // exec. For the agent, which is root of a boundary's user namespace.

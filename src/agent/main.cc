@@ -118,6 +118,10 @@ int main(int argc, char** argv) {
     local.workdir = "/workspace";
     local.containment = sandbox::LocalOptions::Containment::kPidNamespace;
     local.drop_capabilities = true;
+    // The host's system directories, shared read-only and cached by the
+    // guest (9p cache=loose): a program's PATH search need not ask the VMM
+    // again for the names it just missed there.
+    local.stable_mounts = guest->read_only_mounts;
   }
   for (int i = vm_guest ? argc : 1; i < argc; ++i) {
     std::string_view arg = argv[i];

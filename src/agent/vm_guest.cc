@@ -80,8 +80,9 @@ Status LoadModules(const std::vector<std::string>& words, bool vsock) {
   return {};
 }
 
-// sandbox.mount=TAG:PATH:ro|rw
-Status MountShares(const std::vector<std::string>& words) {
+// sandbox.mount=TAG:PATH:ro|rw; appends the read-only ones' paths to
+// `read_only_paths`.
+Status MountShares(const std::vector<std::string>& words, std::vector<std::string>& read_only_paths) {
   for (const auto& word : words) {
     if (!word.starts_with(vm::kMountKey)) continue;
     std::string_view spec = std::string_view(word).substr(vm::kMountKey.size());
@@ -101,6 +102,7 @@ Status MountShares(const std::vector<std::string>& words) {
     // trip to the VMM each).
     unsigned long flags = MS_NODEV | MS_NOSUID | (read_only ? MS_RDONLY : 0);
     SANDBOX_RETURN_IF_ERROR(Mount(tag.c_str(), path.c_str(), "9p", flags, data.c_str()));
+    if (read_only) read_only_paths.push_back(path);
   }
   return {};
 }
@@ -192,8 +194,8 @@ Expected<VmGuest> PrepareVmGuest() {
     if (word.starts_with(vm::kVsockKey))
       vsock_port = static_cast<unsigned>(std::strtoul(word.c_str() + vm::kVsockKey.size(), nullptr, 10));
   SANDBOX_RETURN_IF_ERROR(LoadModules(words, vsock_port != 0));
-  SANDBOX_RETURN_IF_ERROR(MountShares(words));
   VmGuest guest;
+  SANDBOX_RETURN_IF_ERROR(MountShares(words, guest.read_only_mounts));
   guest.cgroup_fd = OpenCommandCgroup();
   auto stream = vsock_port != 0 ? AcceptVsock(vsock_port) : OpenAgentPort();
   if (!stream) {

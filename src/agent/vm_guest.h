@@ -5,6 +5,9 @@
 #ifndef SANDBOX_AGENT_VM_GUEST_H_
 #define SANDBOX_AGENT_VM_GUEST_H_
 
+#include <string>
+#include <vector>
+
 #include "sandbox/error.h"
 
 namespace sandbox::agent {
@@ -18,6 +21,8 @@ struct VmGuest {
   // command), or -1 where the guest kernel offers none: the agent then
   // falls back to a PID namespace per command.
   int cgroup_fd = -1;
+  // Where the read-only shares (the host's system directories) are mounted.
+  std::vector<std::string> read_only_mounts;
 };
 
 // Mounts /dev, /proc, /sys and /tmp, loads the modules of the initramfs in

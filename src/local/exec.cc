@@ -124,7 +124,7 @@ Expected<PreparedCommand> PrepareCommand(const ExecConfig& config, const Command
   if (cmd.path.find('/') != std::string::npos) {
     prepared.exec_path = cmd.path;
   } else if (auto found = os::FindExecutable(cmd.path, LookupEnv(prepared.env, "PATH"),
-                                             prepared.cwd.get())) {
+                                             prepared.cwd.get(), config.missing_names.get())) {
     prepared.exec_path = std::move(*found);
   } else {
     prepared.not_found = ExecFailureResult(cmd.path, ENOENT);

@@ -62,6 +62,8 @@ struct ExecConfig {
   os::TreeSource tree_source;  // how each command's process tree is contained
   bool drop_capabilities = false;  // commands start with no capability
   LiveTrees* trees = nullptr;
+  // Programs missing from PATH directories on stable mounts; null: none.
+  std::shared_ptr<os::MissingNames> missing_names;
 };
 
 // A command made ready to spawn: its working directory, resolved program

@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 
 #include <memory>
 
@@ -156,6 +157,18 @@ Expected<std::unique_ptr<Sandbox>> NewLocalSandbox(const LocalOptions& options) 
     tree_source->pid_namespace = std::make_shared<os::PidNamespaceReaper>(std::move(*reaper));
   }
 
+  std::vector<dev_t> stable_devices;
+  for (const std::string& mount : options.stable_mounts) {
+    struct stat st;
+    if (mount.empty() || mount[0] != '/')
+      return Fail(Error::Code::InvalidArgument,
+                  "stable mount '" + mount + "' is not an absolute path");
+    if (::stat(mount.c_str(), &st) != 0) return Fail(os::ErrnoError(errno, "stat", mount));
+    if (!S_ISDIR(st.st_mode))
+      return Fail(Error::Code::NotADirectory, "stable mount '" + mount + "' is not a directory");
+    stable_devices.push_back(st.st_dev);
+  }
+
   auto state = std::make_shared<LocalState>(std::move(*files));
   state->config.files = &state->files;
   state->config.trees = &state->trees;
@@ -164,6 +177,9 @@ Expected<std::unique_ptr<Sandbox>> NewLocalSandbox(const LocalOptions& options) 
   state->config.drain_grace = options.drain_grace;
   state->config.tree_source = std::move(*tree_source);
   state->config.drop_capabilities = options.drop_capabilities;
+  if (!stable_devices.empty())
+    state->config.missing_names =
+        std::make_shared<os::MissingNames>(std::move(stable_devices), std::chrono::seconds(5));
   return std::unique_ptr<Sandbox>(std::make_unique<LocalSandbox>(std::move(state), options));
 }
 

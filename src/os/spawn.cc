@@ -578,20 +578,27 @@ void ClaimProcessForSpawn() {
 }
 
 std::optional<std::string> FindExecutable(const std::string& name, const std::string& path_list,
-                                          int cwd_fd) {
+                                          int cwd_fd, MissingNames* missing) {
   std::size_t start = 0;
   while (start <= path_list.size()) {
     std::size_t end = path_list.find(':', start);
     if (end == std::string::npos) end = path_list.size();
     // An empty entry means the current directory, as in execvp.
     std::string dir = end > start ? path_list.substr(start, end - start) : std::string(".");
-    std::string candidate = dir + "/" + name;
-    struct stat st;
-    int base = cwd_fd >= 0 ? cwd_fd : AT_FDCWD;
-    if (fstatat(base, candidate.c_str(), &st, 0) == 0 && S_ISREG(st.st_mode) &&
-        faccessat(base, candidate.c_str(), X_OK, AT_EACCESS) == 0)
-      return candidate;
     start = end + 1;
+    std::string candidate = dir + "/" + name;
+    int base = cwd_fd >= 0 ? cwd_fd : AT_FDCWD;
+    struct stat dir_st;
+    bool remembering = missing != nullptr && fstatat(base, dir.c_str(), &dir_st, 0) == 0 &&
+                       missing->Covers(dir_st.st_dev);
+    if (remembering && missing->Remembered(dir_st, name)) continue;
+    struct stat st;
+    if (fstatat(base, candidate.c_str(), &st, 0) != 0) {
+      if (remembering && errno == ENOENT) missing->Remember(dir_st, name);
+      continue;
+    }
+    if (S_ISREG(st.st_mode) && faccessat(base, candidate.c_str(), X_OK, AT_EACCESS) == 0)
+      return candidate;
   }
   return std::nullopt;
 }

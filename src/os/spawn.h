@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "os/missing_names.h"
 #include "os/unique_fd.h"
 #include "sandbox/error.h"
 #include "sandbox/sandbox.h"
@@ -136,9 +137,11 @@ Expected<PidNamespaceReaper> StartPidNamespaceReaper();
 
 // Searches `name` (no '/') in the colon-separated `path_list` for an
 // executable regular file, relative entries resolved from `cwd_fd`. Returns
-// the path to exec, or nullopt.
+// the path to exec, or nullopt. With `missing`, a directory on a device it
+// covers is skipped while it remembers `name` missing there, and a new miss
+// there is remembered.
 std::optional<std::string> FindExecutable(const std::string& name, const std::string& path_list,
-                                          int cwd_fd);
+                                          int cwd_fd, MissingNames* missing = nullptr);
 
 // For a program that owns its whole process, such as the agent: resets
 // every signal disposition to SIG_DFL and records the calling thread's
