@@ -50,6 +50,42 @@ std::unique_ptr<Sandbox> MakeRemote(const std::string& root) {
   return made ? std::move(*made) : nullptr;
 }
 
+// A local sandbox served by Serve on a thread of this process, whose other
+// end of a socketpair is host_fd (for NewRemoteSandbox). The thread is
+// joined on destruction: close the RemoteSandbox first.
+class ServedLocalSandbox {
+ public:
+  explicit ServedLocalSandbox(ServeOptions serve = {}) {
+    LocalOptions local;
+    local.root = dir_.path();
+    auto inner = NewLocalSandbox(local);
+    EXPECT_TRUE(inner) << inner.error().ToString();
+    int fds[2];
+    if (!inner || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+      ADD_FAILURE() << "no local sandbox or no socketpair";
+      return;
+    }
+    inner_ = std::move(*inner);
+    host_fd_ = fds[0];
+    agent_ = std::thread([this, fd = fds[1], serve] { served_ = Serve(*inner_, fd, -1, serve); });
+  }
+  ~ServedLocalSandbox() { (void)Join(); }
+
+  int host_fd() const { return host_fd_; }
+  // Waits for Serve to return; its status.
+  const Status& Join() {
+    if (agent_.joinable()) agent_.join();
+    return served_;
+  }
+
+ private:
+  TempDir dir_;
+  std::unique_ptr<Sandbox> inner_;
+  int host_fd_ = -1;
+  Status served_ = Fail(Error::Code::Internal, "Serve has not returned");
+  std::thread agent_;
+};
+
 std::string Pattern(std::size_t size) {
   std::string data(size, '\0');
   for (std::size_t i = 0; i < size; ++i) data[i] = static_cast<char>((i * 131 + i / 4096) & 0xff);
@@ -204,18 +240,11 @@ TEST(RemoteSandbox, DroppingAProcessHandleKillsItsTree) {
 }
 
 TEST(RemoteSandbox, StdinLargerThanTheAgentTakesIsRefusedUpFront) {
-  TempDir dir;
-  LocalOptions local;
-  local.root = dir.path();
-  auto inner = NewLocalSandbox(local);
-  ASSERT_TRUE(inner);
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
   ServeOptions serve;
   serve.max_stdin_bytes = 1000;
-  std::thread agent([&] { (void)Serve(**inner, fds[1], -1, serve); });
+  ServedLocalSandbox agent(serve);
   RemoteOptions options;
-  options.read_fd = fds[0];
+  options.read_fd = agent.host_fd();
   auto remote = NewRemoteSandbox(std::move(options));
   ASSERT_TRUE(remote);
   auto result = (*remote)->Exec({}, Command{.path = "cat", .stdin_data = std::string(1001, 'x')});
@@ -225,22 +254,14 @@ TEST(RemoteSandbox, StdinLargerThanTheAgentTakesIsRefusedUpFront) {
   ASSERT_TRUE(fits);
   EXPECT_EQ(fits->stdout_data.size(), 1000u);
   EXPECT_TRUE((*remote)->Close());
-  agent.join();
+  EXPECT_TRUE(agent.Join());
 }
 
 TEST(RemoteSandbox, ServeEndsCleanlyWhenTheStreamDropsAndKillsWhatItStarted) {
-  TempDir dir;
-  LocalOptions local;
-  local.root = dir.path();
-  auto inner = NewLocalSandbox(local);
-  ASSERT_TRUE(inner);
-  int fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
-  const int host_alias = dup(fds[0]);  // to drop the connection under the client
-  Status served = Fail(Error::Code::Internal, "not yet");
-  std::thread agent([&] { served = Serve(**inner, fds[1], -1); });
+  ServedLocalSandbox agent;
+  const int host_alias = dup(agent.host_fd());  // to drop the connection under the client
   RemoteOptions options;
-  options.read_fd = fds[0];
+  options.read_fd = agent.host_fd();
   auto remote = NewRemoteSandbox(std::move(options));
   ASSERT_TRUE(remote);
   const std::string marker = UniqueMarker();
@@ -254,7 +275,7 @@ TEST(RemoteSandbox, ServeEndsCleanlyWhenTheStreamDropsAndKillsWhatItStarted) {
   EXPECT_EQ(CountProcessesWithArg(marker), 2);
 
   shutdown(host_alias, SHUT_RDWR);
-  agent.join();
+  const Status& served = agent.Join();
   EXPECT_TRUE(served) << served.error().ToString();
   EXPECT_EQ(WaitForNoProcessesWithArg(marker, 3000), 0);
   auto status = (*process)->Wait();
